@@ -1,0 +1,18 @@
+"""Backends: where gangs run. ``get_backend(name)`` returns one by name."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nbtrain.errors import SpecError
+
+__all__ = ["get_backend"]
+
+
+def get_backend(name: str, **options: Any) -> Any:
+    """The backend called ``name`` ("local"; "kubernetes" when implemented), created lazily."""
+    if name == "local":
+        from nbtrain.backends.local import LocalBackend
+
+        return LocalBackend(**options)
+    raise SpecError(f"--backend: {name!r} is not available in this version; use --backend local.")

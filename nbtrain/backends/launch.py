@@ -1,0 +1,74 @@
+"""The one place that knows ``accelerate launch``'s flags (pure).
+
+Every backend builds its per-node command here, so a change in Accelerate's CLI is a one-file fix.
+Measured facts this encodes (see DESIGN.md): a CPU gang needs ``--multi_gpu`` plus
+``ACCELERATE_USE_CPU=1`` (MULTI_CPU over gloo; ``--cpu --num_processes 2`` starts only one process);
+several nodes need one launcher each with ``--num_machines/--machine_rank/--main_process_ip/port``;
+``--mixed_precision`` and ``--dynamo_backend`` are passed explicitly to silence default warnings.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from nbtrain.spec import JobSpec, MixedPrecision, Strategy
+
+__all__ = ["LaunchTarget", "accelerate_argv", "device_env"]
+
+
+@dataclass(frozen=True)
+class LaunchTarget:
+    """What each rank runs: a module (``-m``) or a script path, plus its arguments."""
+
+    program: str
+    args: tuple[str, ...] = ()
+    module: bool = True
+
+
+def accelerate_argv(
+    spec: JobSpec,
+    *,
+    python: str,
+    use_gpu: bool,
+    node_rank: int,
+    main_address: str,
+    main_port: int,
+    target: LaunchTarget,
+) -> list[str]:
+    """The argv of node ``node_rank``'s launcher (a list, never a shell string)."""
+    world = spec.world_size
+    argv = [python, "-m", "accelerate.commands.launch"]
+    if world > 1:
+        argv.append("--multi_gpu")  # with ACCELERATE_USE_CPU=1 this yields MULTI_CPU over gloo
+    elif not use_gpu:
+        argv.append("--cpu")
+    if spec.strategy is Strategy.FSDP:
+        argv.append("--use_fsdp")
+    elif spec.strategy is Strategy.DEEPSPEED:
+        argv.append("--use_deepspeed")
+    mixed = spec.mixed_precision if use_gpu else MixedPrecision.NO
+    argv += [
+        "--num_processes", str(world),
+        "--num_machines", str(spec.nodes),
+        "--machine_rank", str(node_rank),
+        "--main_process_ip", main_address,
+        "--main_process_port", str(main_port),
+        "--mixed_precision", mixed.value,
+        "--dynamo_backend", "no",
+        "--max_restarts", "0",
+        "--monitor_interval", "0.1",
+    ]
+    if spec.nodes > 1:
+        argv.append("--same_network")
+    if target.module:
+        argv.append("--module")
+    argv.append(target.program)
+    argv += list(target.args)
+    return argv
+
+
+def device_env(use_gpu: bool, gpu_ids: tuple[str, ...] = ()) -> dict[str, str]:
+    """Environment that pins a launcher to its device set: GPU ids, or CPU mode."""
+    if use_gpu:
+        return {"CUDA_VISIBLE_DEVICES": ",".join(gpu_ids), "ACCELERATE_USE_CPU": "0"}
+    return {"ACCELERATE_USE_CPU": "1", "CUDA_VISIBLE_DEVICES": ""}

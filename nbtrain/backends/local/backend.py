@@ -1,0 +1,298 @@
+"""The embedded default backend: a gang of local processes under one detached supervisor per attempt.
+
+Nodes are simulated by one ``accelerate launch`` per node on loopback (``--machine_rank i``), so a
+``--nodes 2 --gpus 2`` cell exercises real multi-node rendezvous on one machine.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from nbtrain.backends.base import Batch, Failure, LogLine, Plan, RunHandle, RunState, RunStatus
+from nbtrain.backends.launch import LaunchTarget, accelerate_argv, device_env
+from nbtrain.backends.local import procs
+from nbtrain.backends.local.gpus import GpuInventory, detect_gpus
+from nbtrain.backends.local.ports import free_port
+from nbtrain.backends.local.supervisor import _pid_gone
+from nbtrain.errors import BackendError, EnvironmentProblem
+from nbtrain.events import Event, FileTail, parse_line
+from nbtrain.runtime import context as rt
+from nbtrain.spec import Device, JobSpec
+from nbtrain.store import Store, read_json, write_json_atomic
+
+__all__ = ["LocalBackend"]
+
+_children: list[subprocess.Popen[bytes]] = []  # supervisors started by this process, reaped lazily
+
+
+def _reap() -> None:
+    for child in list(_children):
+        if child.poll() is not None:
+            _children.remove(child)
+
+
+def _accelerate_available(python: str) -> bool:
+    if os.path.realpath(python) == os.path.realpath(sys.executable):
+        return importlib.util.find_spec("accelerate") is not None
+    probe = "import importlib.util,sys; sys.exit(importlib.util.find_spec('accelerate') is None)"
+    return subprocess.run([python, "-c", probe], capture_output=True, timeout=30).returncode == 0
+
+
+class LocalBackend:
+    """Runs gangs as processes on this machine. See :class:`nbtrain.backends.base.Backend`."""
+
+    name = "local"
+
+    def __init__(self, store: Store | None = None, *, python: str | None = None, gpus: GpuInventory | None = None) -> None:
+        self.store = store or Store()
+        self.python = python or os.environ.get("NBTRAIN_PYTHON") or sys.executable
+        self._gpus = gpus
+
+    @property
+    def gpus(self) -> GpuInventory:
+        """GPUs of this machine (detected once, lazily)."""
+        if self._gpus is None:
+            self._gpus = detect_gpus()
+        return self._gpus
+
+    # -- plan (pure) ------------------------------------------------------------------------------
+    def plan(self, spec: JobSpec, bundle_dir: str, bundle_digest: str, run_id: str, *, attempt: int = 0) -> Plan:
+        """Resolve the device, map GPUs to nodes and build one launcher command per node. Writes nothing.
+
+        Raises EnvironmentProblem when accelerate is missing, GPUs are asked for but absent or too
+        few, or no port is free.
+        """
+        if not _accelerate_available(self.python):
+            raise EnvironmentProblem(
+                f"accelerate is not installed for {self.python}; install it with "
+                f"`{self.python} -m pip install accelerate` (or set NBTRAIN_PYTHON to an interpreter that has it)."
+            )
+        notices: list[str] = []
+        inventory = self.gpus
+        use_gpu = spec.device is Device.GPU or (spec.device is Device.AUTO and inventory.count > 0)
+        if use_gpu and inventory.count == 0:
+            raise EnvironmentProblem(
+                "--device gpu: this machine has no visible GPU (nvidia-smi found none); "
+                "use --device cpu, or --backend kubernetes to run on a GPU cluster."
+            )
+        wanted = spec.nodes * spec.procs_per_node
+        if use_gpu and wanted > inventory.count:
+            raise EnvironmentProblem(
+                f"--nodes {spec.nodes} --gpus {spec.procs_per_node} needs {wanted} GPUs but this machine has "
+                f"{inventory.count} ({', '.join(inventory.names) or 'unknown model'}); lower --gpus/--nodes "
+                "or use --backend kubernetes."
+            )
+        if not use_gpu and spec.procs_per_node > 0:
+            notices.append(
+                f"no GPU used: running {spec.nodes} node(s) x {spec.procs} CPU process(es) over gloo"
+                + (" (--device cpu)" if spec.device is Device.CPU else " (no GPU found on this machine)")
+            )
+        port = free_port()
+        attempt_dir = self.store.attempt_dir(run_id, attempt)
+        events_dir = attempt_dir / "events"
+        logs_dir = attempt_dir / "logs"
+        target = LaunchTarget("nbtrain.runtime.worker", (bundle_dir,))
+        threads = max(1, (os.cpu_count() or 1) // max(1, spec.world_size))
+        launchers = []
+        for node in range(spec.nodes):
+            ids = inventory.ids[node * spec.procs : (node + 1) * spec.procs] if use_gpu else ()
+            env = {
+                **spec.env,
+                **device_env(use_gpu, tuple(ids)),
+                procs.MARKER: run_id,
+                rt.ENV_RUN_ID: run_id,
+                rt.ENV_ATTEMPT: str(attempt),
+                rt.ENV_EVENTS_DIR: str(events_dir),
+                rt.ENV_LOGS_DIR: str(logs_dir),
+                rt.ENV_RESULT_PATH: str(attempt_dir / "result.pkl"),
+                rt.ENV_NODE_RANK: str(node),
+                rt.ENV_COLLECTIVE_TIMEOUT: str(spec.collective_timeout_s),
+                "PYTHONUNBUFFERED": "1",
+            }
+            env.setdefault("OMP_NUM_THREADS", str(threads))
+            argv = accelerate_argv(
+                spec, python=self.python, use_gpu=use_gpu, node_rank=node,
+                main_address="127.0.0.1", main_port=port, target=target,
+            )
+            ranks = list(range(node * spec.procs, (node + 1) * spec.procs))
+            launchers.append({"node": node, "argv": argv, "env": env, "cwd": os.getcwd(), "ranks": ranks, "gpus": list(ids)})
+        describe = "\n".join(
+            [f"device:    {'GPU ' + ','.join(inventory.ids[:wanted]) if use_gpu else 'CPU (gloo)'}",
+             f"rendezvous: 127.0.0.1:{port}"]
+            + [f"node {x['node']} (ranks {x['ranks'][0]}-{x['ranks'][-1]}): " + " ".join(x["argv"]) for x in launchers]
+        )
+        request: dict[str, Any] = {
+            "run_id": run_id,
+            "attempt": attempt,
+            "world_size": spec.world_size,
+            "use_gpu": use_gpu,
+            "port": port,
+            "launchers": launchers,
+            "events_dir": str(events_dir),
+            "logs_dir": str(logs_dir),
+            "tmp_dir": str(attempt_dir / "tmp"),
+            "attempt_dir": str(attempt_dir),
+            "timeout_s": spec.timeout_s,
+            "notices": notices,
+            "describe": describe,
+        }
+        return Plan(self.name, run_id, spec, bundle_digest, bundle_dir, request, tuple(notices))
+
+    # -- I/O --------------------------------------------------------------------------------------
+    def submit(self, plan: Plan) -> RunHandle:
+        """Write plan.json and start the detached supervisor; returns at once."""
+        attempt_dir = Path(plan.request["attempt_dir"])
+        attempt_dir.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(attempt_dir / "plan.json", dict(plan.request))
+        env = dict(os.environ)
+        env["NBTRAIN_SUPERVISOR_OF"] = plan.run_id
+        env.pop(procs.MARKER, None)
+        with open(attempt_dir / "supervisor.log", "ab") as log:
+            try:
+                child = subprocess.Popen(
+                    [self.python, "-m", "nbtrain.backends.local.supervisor", str(attempt_dir)],
+                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                    start_new_session=True, env=env, cwd=os.getcwd(),
+                )
+            except OSError as error:
+                raise BackendError(f"could not start the local supervisor with {self.python}: {error}") from error
+        _children.append(child)
+        return RunHandle(self.name, plan.run_id, {"attempt": plan.request["attempt"], "supervisor_pid": child.pid})
+
+    def _attempts(self, run_id: str) -> list[int]:
+        root = self.store.run_dir(run_id) / "attempts"
+        if not root.is_dir():
+            return []
+        return sorted(int(p.name) for p in root.iterdir() if p.name.isdigit())
+
+    def status(self, handle: RunHandle) -> RunStatus:
+        """Latest attempt's verdict; FAILED with the reason if its supervisor died without one."""
+        _reap()
+        attempts = self._attempts(handle.run_id)
+        if not attempts:
+            return RunStatus(RunState.PENDING)
+        attempt = attempts[-1]
+        path = self.store.attempt_dir(handle.run_id, attempt) / "status.json"
+        try:
+            data = read_json(path)
+        except (OSError, ValueError):
+            data = None
+        if data is None:
+            return RunStatus(RunState.STARTING, attempt=attempt)
+        state = RunState(data["state"])
+        failure = Failure.from_dict(data["failure"]) if data.get("failure") else None
+        if not state.terminal:
+            pid = int(data.get("supervisor_pid") or 0)
+            gone, _ = _pid_gone(pid) if pid else (True, None)
+            if gone:
+                # re-read: the supervisor may have written its verdict just before exiting
+                data = read_json(path)
+                state = RunState(data["state"])
+                if not state.terminal:
+                    failure = Failure(reason=f"the local supervisor (pid {pid}) died without a verdict; see "
+                                      f"{path.parent / 'supervisor.log'}")
+                    return RunStatus(RunState.FAILED, attempt, data.get("started"), data.get("updated"), failure)
+                failure = Failure.from_dict(data["failure"]) if data.get("failure") else None
+        return RunStatus(state, attempt, data.get("started"), data.get("ended"), failure)
+
+    def cursor(self, handle: RunHandle) -> _LocalCursor:
+        """A cursor over every attempt's events and rank logs, from the beginning."""
+        return _LocalCursor(self, handle.run_id)
+
+    def events(self, handle: RunHandle, *, follow: bool = False, poll_s: float = 0.2) -> Iterator[Event]:
+        """See :meth:`Backend.events`."""
+        cursor = self.cursor(handle)
+        while True:
+            terminal = self.status(handle).state.terminal
+            batch = cursor.poll(max_lines=0)
+            yield from batch.events
+            if not follow or (terminal and not batch.events):
+                return
+            if not batch.events:
+                time.sleep(poll_s)
+
+    def logs(self, handle: RunHandle, rank: int, *, tail: int | None = None, attempt: int | None = None) -> list[str]:
+        """See :meth:`Backend.logs`."""
+        attempts = self._attempts(handle.run_id)
+        if not attempts:
+            return []
+        chosen = attempts[-1] if attempt is None else attempt
+        path = self.store.attempt_dir(handle.run_id, chosen) / "logs" / f"rank-{rank}.log"
+        try:
+            lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+        except FileNotFoundError:
+            return []
+        return lines[-tail:] if tail else lines
+
+    def cancel(self, handle: RunHandle) -> None:
+        """Ask the supervisor to end the gang (SIGTERM + a request file); wait up to 15 s for the verdict.
+
+        If the supervisor is gone, end any leftover process of the gang directly. Idempotent.
+        """
+        status = self.status(handle)
+        if status.state.terminal:
+            procs.terminate_gang(handle.run_id, grace_s=2.0)  # leftovers of a crashed supervisor, if any
+            return
+        attempt_dir = self.store.attempt_dir(handle.run_id, status.attempt)
+        (attempt_dir / "cancel.request").touch()
+        try:
+            pid = int(read_json(attempt_dir / "status.json").get("supervisor_pid") or 0)
+        except (OSError, ValueError):
+            pid = int(handle.data.get("supervisor_pid") or 0)
+        if pid:
+            try:
+                os.kill(pid, 15)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            if self.status(handle).state.terminal:
+                break
+            time.sleep(0.1)
+        procs.terminate_gang(handle.run_id, grace_s=2.0)
+
+    def list(self) -> list[RunHandle]:
+        """Runs in the store that used this backend, newest first."""
+        return [RunHandle(self.name, r.run_id, r.handle) for r in self.store.records() if r.backend == self.name]
+
+
+class _LocalCursor:
+    """Tails every ``events/*.jsonl`` and ``logs/rank-*.log`` of every attempt, in attempt order."""
+
+    def __init__(self, backend: LocalBackend, run_id: str) -> None:
+        self.backend = backend
+        self.run_id = run_id
+        self.event_tails: dict[Path, FileTail] = {}
+        self.log_tails: dict[Path, tuple[FileTail, int, int]] = {}
+
+    def poll(self, *, max_lines: int = 50_000) -> Batch:
+        """See :class:`nbtrain.backends.base.RunCursor`. ``max_lines=0`` skips logs."""
+        events: list[Event] = []
+        lines: list[LogLine] = []
+        for attempt in self.backend._attempts(self.run_id):
+            root = self.backend.store.attempt_dir(self.run_id, attempt)
+            for path in sorted((root / "events").glob("*.jsonl")):
+                tail = self.event_tails.setdefault(path, FileTail(path))
+                for text in tail.read_lines():
+                    event = parse_line(text)
+                    if event is not None:
+                        events.append(event)
+            if max_lines <= 0:
+                continue
+            for path in sorted((root / "logs").glob("rank-*.log")):
+                if path not in self.log_tails:
+                    self.log_tails[path] = (FileTail(path), int(path.stem.split("-")[1]), attempt)
+                tail, rank, att = self.log_tails[path]
+                budget = max_lines - len(lines)
+                if budget <= 0:
+                    break
+                for text in tail.read_lines(max_bytes=min(4 * 1024 * 1024, budget * 200)):
+                    lines.append(LogLine(rank, text, att))
+        return Batch(tuple(events), tuple(lines))

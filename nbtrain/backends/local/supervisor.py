@@ -1,0 +1,298 @@
+"""The detached supervisor of one local attempt: ``python -m nbtrain.backends.local.supervisor ATTEMPT_DIR``.
+
+Started in its own session so it outlives the kernel. It starts one ``accelerate launch`` per node,
+watches ranks (events and PIDs) and launchers, ends the whole gang when any rank fails (or on cancel =
+SIGTERM to this process, or on timeout), picks the first failing rank across nodes, and writes the
+verdict to ``status.json`` and ``events/supervisor.jsonl``. Only this process writes those two files.
+
+Verdict rules: SUCCEEDED when every launcher exits 0 or every rank reported RANK_DONE (a clean run
+whose teardown aborts is still a success); CANCELLED on request; FAILED otherwise, with the reason.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import IO, Any
+
+from nbtrain.backends.base import Failure, RunState
+from nbtrain.backends.local import procs, triage
+from nbtrain.events import Event, EventKind, EventWriter, FileTail, parse_line
+from nbtrain.store import read_json, write_json_atomic
+
+POLL_S = 0.05
+FAILURE_SETTLE_S = 0.3  # collect near-simultaneous rank errors before ending the gang
+DONE_GRACE_S = 10.0  # all ranks done but a launcher lingers: end it after this long
+LAST_LINES = 40
+
+
+def _tail_lines(path: Path, count: int) -> list[str]:
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            size = handle.tell()
+            handle.seek(max(0, size - 64 * 1024))
+            text = handle.read().decode("utf-8", "replace")
+    except OSError:
+        return []
+    return text.splitlines()[-count:]
+
+
+def _pid_gone(pid: int) -> tuple[bool, int | None]:
+    """(gone, exit_code): gone when the process no longer runs; exit code read from a zombie if possible."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True, None
+    fields = stat.rsplit(")", 1)[-1].split()
+    if fields and fields[0] in ("Z", "X"):
+        code = None
+        if len(fields) >= 50:  # field 52 of stat (exit_code, waitpid format), counted after "comm)"
+            status = int(fields[-1])
+            code = -(status & 0x7F) if status & 0x7F else (status >> 8) & 0xFF
+        return True, code
+    return False, None
+
+
+class Supervisor:
+    """Runs one attempt described by ``plan.json`` in ``attempt_dir``; see the module docstring."""
+
+    def __init__(self, attempt_dir: Path) -> None:
+        self.dir = attempt_dir
+        self.plan: dict[str, Any] = read_json(attempt_dir / "plan.json")
+        self.run_id: str = self.plan["run_id"]
+        self.world: int = int(self.plan["world_size"])
+        self.events_dir = Path(self.plan["events_dir"])
+        self.logs_dir = Path(self.plan["logs_dir"])
+        self.out = EventWriter(self.events_dir / "supervisor.jsonl", "supervisor", attempt=int(self.plan["attempt"]))
+        self.node_of: dict[int, int] = {}
+        for launcher in self.plan["launchers"]:
+            for rank in launcher["ranks"]:
+                self.node_of[int(rank)] = int(launcher["node"])
+        self.tails = {r: FileTail(self.events_dir / f"rank-{r}.jsonl") for r in range(self.world)}
+        self.pids: dict[int, int] = {}
+        self.done: set[int] = set()
+        self.errors: dict[int, Event] = {}
+        self.vanished: dict[int, tuple[float, int | None]] = {}
+        self.launchers: list[subprocess.Popen[bytes]] = []
+        self.log_files: list[IO[bytes]] = []
+        self.cancel_requested = False
+        self.started = time.time()
+        self.state = RunState.STARTING
+
+    # -- status -----------------------------------------------------------------------------------
+    def _write_status(self, failure: Failure | None = None, ended: float | None = None) -> None:
+        write_json_atomic(
+            self.dir / "status.json",
+            {
+                "state": self.state.value,
+                "attempt": self.plan["attempt"],
+                "started": self.started,
+                "ended": ended,
+                "failure": failure.to_dict() if failure else None,
+                "supervisor_pid": os.getpid(),
+                "launchers": [
+                    {"node": i, "pid": p.pid, "exit_code": p.poll()} for i, p in enumerate(self.launchers)
+                ],
+                "updated": time.time(),
+            },
+        )
+
+    def _set_state(self, state: RunState, reason: str = "") -> None:
+        self.state = state
+        self.out.emit(EventKind.STATE, state=state.value, reason=reason)
+        self._write_status()
+
+    # -- launching --------------------------------------------------------------------------------
+    def _start(self) -> None:
+        tmp = Path(self.plan["tmp_dir"])
+        tmp.mkdir(parents=True, exist_ok=True)
+        self.logs_dir.mkdir(parents=True, exist_ok=True)
+        for notice in self.plan.get("notices", []):
+            self.out.emit(EventKind.NOTICE, message=notice)
+        for launcher in self.plan["launchers"]:
+            env = dict(os.environ)
+            env.update(launcher["env"])
+            env["TMPDIR"] = str(tmp)  # torchelastic leaves /tmp/torchelastic_* behind; keep them here
+            env.pop("NBTRAIN_SUPERVISOR_OF", None)
+            log = open(self.logs_dir / f"node-{launcher['node']}.log", "ab")
+            self.log_files.append(log)
+            self.launchers.append(
+                subprocess.Popen(
+                    launcher["argv"], env=env, cwd=launcher["cwd"], stdin=subprocess.DEVNULL,
+                    stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                )
+            )
+
+    # -- observing --------------------------------------------------------------------------------
+    def _ingest(self) -> None:
+        now = time.time()
+        for rank, tail in self.tails.items():
+            for line in tail.read_lines():
+                event = parse_line(line)
+                if event is None:
+                    continue
+                if event.kind is EventKind.RANK_START:
+                    self.pids[rank] = int(event.data.get("pid", 0))
+                elif event.kind is EventKind.RANK_ERROR:
+                    self.errors.setdefault(rank, event)
+                elif event.kind is EventKind.RANK_DONE:
+                    self.done.add(rank)
+        for rank, pid in self.pids.items():
+            if rank in self.done or rank in self.errors or rank in self.vanished or not pid:
+                continue
+            gone, code = _pid_gone(pid)
+            if gone:
+                # re-read its events once: it may have reported just before exiting
+                for line in self.tails[rank].read_lines():
+                    event = parse_line(line)
+                    if event is not None and event.kind is EventKind.RANK_DONE:
+                        self.done.add(rank)
+                    elif event is not None and event.kind is EventKind.RANK_ERROR:
+                        self.errors.setdefault(rank, event)
+                if rank not in self.done and rank not in self.errors:
+                    self.vanished[rank] = (now, code)
+        if self.state is RunState.STARTING and self.pids:
+            self._set_state(RunState.RUNNING)
+
+    def _failure(self) -> Failure:
+        elastic: dict[int, int] = {}
+        for i, _ in enumerate(self.launchers):
+            text = "\n".join(_tail_lines(self.logs_dir / f"node-{i}.log", 400))
+            elastic.update(triage.parse_elastic_failures(text))
+        candidates = [
+            triage.Candidate(
+                rank=rank, time=e.time, exc_type=e.data.get("exc_type"), message=e.data.get("message"),
+                traceback=e.data.get("traceback"), cell_line=e.data.get("cell_line"), exit_code=1,
+            )
+            for rank, e in self.errors.items()
+        ]
+        candidates += [
+            triage.Candidate(rank=rank, time=t, exit_code=code if code is not None else elastic.get(rank),
+                             reason="" if (code or elastic.get(rank)) else "the process disappeared without reporting")
+            for rank, (t, code) in self.vanished.items()
+        ]
+        last = {r: _tail_lines(self.logs_dir / f"rank-{r}.log", LAST_LINES) for r in range(self.world)}
+        chosen = triage.choose_first_failure(candidates, node_of=self.node_of, last_lines=last, exit_codes=elastic)
+        if chosen is not None:
+            return chosen
+        if elastic:
+            rank = min(elastic)
+            code = elastic[rank]
+            return triage.choose_first_failure(
+                [triage.Candidate(rank=rank, time=time.time(), exit_code=code)],
+                node_of=self.node_of, last_lines=last, exit_codes=elastic,
+            ) or Failure(reason="unknown")
+        for i, proc in enumerate(self.launchers):
+            code = proc.poll()
+            if code not in (None, 0):
+                lines = _tail_lines(self.logs_dir / f"node-{i}.log", LAST_LINES)
+                return Failure(
+                    reason=f"the launcher of node {i} exited with code {code} before any rank reported",
+                    node=i, exit_code=code, signal=triage.signal_name(-code if code < 0 else code),
+                    last_lines=tuple(lines),
+                )
+        return Failure(reason="the gang ended without a verdict from any rank")
+
+    # -- ending -----------------------------------------------------------------------------------
+    def _end_gang(self) -> int:
+        groups = tuple(p.pid for p in self.launchers if p.poll() is None)
+        killed = procs.terminate_gang(self.run_id, grace_s=3.0, groups=groups)
+        for proc in self.launchers:
+            try:
+                proc.wait(timeout=2)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        return killed
+
+    def _finish(self, state: RunState, reason: str = "", failure: Failure | None = None) -> None:
+        self.state = state
+        ended = time.time()
+        if failure is not None:
+            self.out.emit(EventKind.FAILURE, **failure.to_dict())
+        self.out.emit(EventKind.STATE, state=state.value, reason=reason)
+        self._write_status(failure=failure, ended=ended)
+
+    def run(self) -> RunState:
+        """Supervise until a verdict; returns the final state."""
+        signal.signal(signal.SIGTERM, self._on_signal)
+        signal.signal(signal.SIGINT, self._on_signal)
+        self._write_status()
+        self.out.emit(EventKind.STATE, state=RunState.STARTING.value, reason="")
+        timeout = self.plan.get("timeout_s")
+        try:
+            self._start()
+            done_since: float | None = None
+            while True:
+                time.sleep(POLL_S)
+                self._ingest()
+                codes = [p.poll() for p in self.launchers]
+                if self.cancel_requested or (self.dir / "cancel.request").exists():
+                    self._end_gang()
+                    self._finish(RunState.CANCELLED, "cancelled by the user")
+                    return self.state
+                if timeout and time.time() - self.started > float(timeout):
+                    self._end_gang()
+                    failure = Failure(reason=f"the run exceeded its timeout of {timeout} s (--timeout)")
+                    self._finish(RunState.FAILED, failure.reason, failure)
+                    return self.state
+                all_done = len(self.done) >= self.world
+                if all(c is not None for c in codes):
+                    if all(c == 0 for c in codes) or all_done:
+                        self._finish(RunState.SUCCEEDED)
+                        return self.state
+                if all_done:
+                    done_since = done_since or time.monotonic()
+                    if time.monotonic() - done_since > DONE_GRACE_S:
+                        self._end_gang()
+                        self._finish(RunState.SUCCEEDED, "every rank finished; lingering launchers ended")
+                        return self.state
+                    continue
+                if self.errors or self.vanished or self._launcher_failed(codes):
+                    settle = time.monotonic() + FAILURE_SETTLE_S
+                    while time.monotonic() < settle:
+                        time.sleep(POLL_S)
+                        self._ingest()
+                    if len(self.done) >= self.world:
+                        continue
+                    self._end_gang()
+                    failure = self._failure()
+                    self._finish(RunState.FAILED, failure.summary(), failure)
+                    return self.state
+        except BaseException as error:
+            self._end_gang()
+            failure = Failure(reason=f"the nbtrain supervisor crashed: {type(error).__name__}: {error}")
+            self._finish(RunState.FAILED, failure.reason, failure)
+            raise
+        finally:
+            for handle in self.log_files:
+                handle.close()
+            shutil.rmtree(self.plan["tmp_dir"], ignore_errors=True)
+
+    def _launcher_failed(self, codes: list[int | None]) -> bool:
+        """A launcher exited non-zero while some of its ranks had not reported RANK_DONE."""
+        for launcher, code in zip(self.plan["launchers"], codes, strict=True):
+            if code not in (None, 0) and not all(int(r) in self.done for r in launcher["ranks"]):
+                return True
+        return False
+
+    def _on_signal(self, signum: int, frame: object) -> None:
+        self.cancel_requested = True
+
+
+def main() -> None:
+    """Process entry point."""
+    if len(sys.argv) != 2:
+        sys.stderr.write("usage: python -m nbtrain.backends.local.supervisor ATTEMPT_DIR\n")
+        sys.exit(2)
+    state = Supervisor(Path(sys.argv[1])).run()
+    sys.exit(0 if state is RunState.SUCCEEDED else 1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,153 @@
+"""``%%distributed``: run the cell as an Accelerate gang (local processes or Kubernetes pods)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, cell_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+
+from nbtrain.errors import CaptureError, EnvironmentProblem, SpecError
+from nbtrain.spec import JobSpec
+
+__all__ = ["DistributedMagics", "spec_from_args"]
+
+
+def _parse_env(pairs: list[str] | None) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--env {pair!r}: write it as NAME=VALUE, e.g. --env NCCL_DEBUG=INFO.")
+        env[key] = value
+    return env
+
+
+def spec_from_args(args: Any) -> JobSpec:
+    """Turn parsed magic arguments into a JobSpec; bad values become UsageError naming the flag."""
+    try:
+        return JobSpec(
+            name=args.name or "run",
+            nodes=args.nodes,
+            procs_per_node=args.gpus,
+            device=args.device,
+            strategy=args.strategy,
+            mixed_precision=args.mixed_precision,
+            backend=args.backend or os.environ.get("NBTRAIN_BACKEND", "local"),
+            image=args.image,
+            env=_parse_env(args.env),
+            timeout_s=args.timeout,
+            collective_timeout_s=args.collective_timeout,
+            max_capture_mb=args.max_capture_mb,
+            allow_secrets=args.allow_secrets,
+            experiment=args.experiment,
+            checkpoint_dir=args.checkpoint_dir,
+            max_restarts=args.max_restarts,
+        )
+    except SpecError as error:
+        raise UsageError(str(error)) from None
+
+
+def _notebook_info(shell: Any) -> dict[str, Any]:
+    """Notebook path and cell id when the kernel knows them (JupyterLab sends both); best effort."""
+    info: dict[str, Any] = {}
+    path = shell.user_ns.get("__session__") or os.environ.get("JPY_SESSION_NAME")
+    if isinstance(path, str) and path:
+        info["path"] = path
+    kernel = getattr(shell, "kernel", None)
+    try:
+        parent = kernel.get_parent() if kernel is not None else {}
+        cell_id = (parent or {}).get("metadata", {}).get("cellId")
+        if cell_id:
+            info["cell_id"] = str(cell_id)
+    except Exception:  # noqa: BLE001 - metadata is optional
+        pass
+    return info
+
+
+@magics_class
+class DistributedMagics(Magics):
+    """Holds the ``%%distributed`` cell magic."""
+
+    @magic_arguments()
+    @argument("--nodes", type=int, default=1, help="Number of nodes (one launcher each). Default 1.")
+    @argument("--gpus", type=int, default=1,
+              help="GPUs per node; on a machine without GPUs, worker processes per node (CPU, gloo). Default 1.")
+    @argument("--name", default=None, help="Run name (used in the run id). Default 'run'.")
+    @argument("--out", default=None, help="Bind the Run handle to this variable name in the notebook.")
+    @argument("--block", action="store_true", help="Wait for the run to end; raise if it fails.")
+    @argument("--dry-run", action="store_true", help="Show what would ship and the launch plan; submit nothing.")
+    @argument("--backend", default=None, help="local (default) or kubernetes. Env default: NBTRAIN_BACKEND.")
+    @argument("--device", default="auto", help="auto (GPU when present, else CPU), gpu or cpu.")
+    @argument("--strategy", default="ddp", help="ddp (default), fsdp or deepspeed.")
+    @argument("--mixed-precision", default="no", help="no, fp16, bf16 or fp8 (GPU only).")
+    @argument("--image", default=None, help="Container image (kubernetes backend).")
+    @argument("--env", action="append", metavar="NAME=VALUE", help="Environment variable for every rank (repeatable).")
+    @argument("--timeout", type=float, default=None, help="Fail the run after this many seconds.")
+    @argument("--collective-timeout", type=float, default=600.0,
+              help="Seconds before a hung collective fails the gang (torch's default is 30 min). Default 600.")
+    @argument("--max-capture-mb", type=float, default=50.0, help="Cap on pickled notebook objects. Default 50.")
+    @argument("--allow-secrets", action="store_true", help="Ship values that look like secrets anyway.")
+    @argument("--experiment", default=None, help="MLflow experiment (tracking).")
+    @argument("--checkpoint-dir", default=None, help="Checkpoint root for nbtrain.save_checkpoint.")
+    @argument("--max-restarts", type=int, default=0, help="Restart the gang from its last checkpoint up to K times.")
+    @cell_magic
+    def distributed(self, line: str, cell: str) -> Any:
+        """Run this cell as a distributed Accelerate gang and return a Run handle.
+
+        The cell and everything it uses from the notebook (imports, functions, classes, values) are
+        packaged into a bundle; ``--dry-run`` shows exactly what would ship. The cell returns at once
+        (``--block`` waits); the value of its last expression on rank 0 is ``run.result()``.
+
+        Example::
+
+            %%distributed --nodes 2 --gpus 2 --name digits --out run
+            accelerator = Accelerator()
+            ...
+        """
+        try:
+            args = parse_argstring(self.distributed, line)
+        except UsageError:
+            raise
+        except SystemExit as error:  # argparse on a bad value type
+            raise UsageError(f"%%distributed {line}: {error}") from None
+        spec = spec_from_args(args)
+        if args.out is not None and not args.out.isidentifier():
+            raise UsageError(f"--out {args.out!r}: not a valid Python variable name.")
+        from nbtrain.bundle import CaptureOptions, capture_cell
+        from nbtrain.client import submit_bundle
+
+        source = self.shell.transform_cell(cell)
+        history = [h for h in self.shell.user_ns.get("In", []) if isinstance(h, str)]
+        notebook = _notebook_info(self.shell)
+        try:
+            bundle = capture_cell(
+                source, self.shell.user_ns, history=history[:-1] if history else [],
+                options=CaptureOptions(max_pickle_bytes=int(spec.max_capture_mb * 1024 * 1024),
+                                       allow_secrets=spec.allow_secrets),
+                cell_line_offset=1, notebook=notebook,
+            )
+        except CaptureError as error:
+            raise UsageError(f"%%distributed: nothing was submitted. {error}") from None
+        try:
+            outcome = submit_bundle(bundle, spec, notebook=notebook, dry_run=args.dry_run)
+        except (EnvironmentProblem, SpecError) as error:
+            raise UsageError(f"%%distributed: nothing was submitted. {error}") from None
+        if args.dry_run:
+            print(bundle.report())
+            print()
+            print(outcome.render())  # type: ignore[union-attr]
+            return None
+        run = outcome
+        if args.out:
+            self.shell.user_ns[args.out] = run
+        print(
+            f"{run.id}: submitted {spec.nodes} node(s) x {spec.procs} process(es) on {spec.backend}."  # type: ignore[union-attr]
+            + ("" if args.block else f" The kernel is free: {args.out or 'run'}.wait(), .logs(rank=0), .metrics(), .cancel().")
+        )
+        if args.block:
+            run.wait()  # type: ignore[union-attr]
+            return None
+        return None if args.out else run

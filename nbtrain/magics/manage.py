@@ -1,0 +1,112 @@
+"""``%nbtrain SUBCOMMAND``: runs, status, logs, cancel, attach, doctor."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import time
+from typing import Any
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, line_magic, magics_class
+
+from nbtrain.errors import NbtrainError
+
+__all__ = ["ManageMagics"]
+
+USAGE = """%nbtrain SUBCOMMAND ...
+
+  runs                      list runs (newest first)
+  status RUN                state, gang and failure of a run
+  logs RUN [--rank N] [--tail N]   one rank's output
+  cancel RUN                end every process of a run
+  attach RUN [--out NAME]   rebuild the handle of a run (e.g. after a kernel restart)
+  doctor                    check torch, accelerate, devices and the run store
+
+RUN is a run id or a unique prefix of one."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:  # argparse would exit the kernel's process otherwise
+        raise UsageError(f"%nbtrain: {message}\n\n{USAGE}")
+
+
+def _parser() -> _Parser:
+    parser = _Parser(prog="%nbtrain", add_help=False)
+    sub = parser.add_subparsers(dest="command")
+    sub.add_parser("runs", add_help=False)
+    for name in ("status", "cancel"):
+        sub.add_parser(name, add_help=False).add_argument("run")
+    logs = sub.add_parser("logs", add_help=False)
+    logs.add_argument("run")
+    logs.add_argument("--rank", type=int, default=0)
+    logs.add_argument("--tail", type=int, default=None)
+    attach = sub.add_parser("attach", add_help=False)
+    attach.add_argument("run")
+    attach.add_argument("--out", default=None)
+    sub.add_parser("doctor", add_help=False)
+    return parser
+
+
+def _age(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+@magics_class
+class ManageMagics(Magics):
+    """Holds the ``%nbtrain`` line magic."""
+
+    @line_magic
+    def nbtrain(self, line: str) -> Any:
+        """Manage runs: ``%nbtrain runs|status|logs|cancel|attach|doctor`` (``%nbtrain`` alone for help)."""
+        words = shlex.split(line)
+        if not words or words[0] in ("help", "-h", "--help"):
+            print(USAGE)
+            return None
+        args = _parser().parse_args(words)
+        from nbtrain import client
+
+        try:
+            if args.command == "runs":
+                print(self._runs_table(client.runs()))
+                return None
+            if args.command == "doctor":
+                from nbtrain.doctor import render, run_checks
+
+                print(render(run_checks()))
+                return None
+            run = client.attach(args.run, watch=args.command == "attach")
+            if args.command == "status":
+                print(run.summary())
+            elif args.command == "logs":
+                print(run.logs(args.rank, tail=args.tail))
+            elif args.command == "cancel":
+                run.cancel()
+                print(f"{run.id}: {run.status().value}")
+            elif args.command == "attach":
+                if args.out:
+                    if not args.out.isidentifier():
+                        raise UsageError(f"--out {args.out!r}: not a valid Python variable name.")
+                    self.shell.user_ns[args.out] = run
+                    print(f"attached to {run.id} ({run.status().value}) as {args.out}")
+                    return None
+                return run
+        except (NbtrainError, ValueError) as error:
+            raise UsageError(f"%nbtrain {args.command}: {error}") from None
+        return None
+
+    @staticmethod
+    def _runs_table(all_runs: list[Any]) -> str:
+        if not all_runs:
+            return "no runs yet: start one with %%distributed"
+        now = time.time()
+        rows = [("RUN", "STATE", "BACKEND", "GANG", "STARTED")]
+        for run in all_runs:
+            rows.append((run.id, run.status().value, run.record.backend,
+                         f"{run.spec.nodes}x{run.spec.procs}", _age(now - run.record.created) + " ago"))
+        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+        return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows)

@@ -1,0 +1,76 @@
+"""Worker-side metric reporting: ``nbtrain.log`` and the hook on ``Accelerator.log`` (stdlib only)."""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Mapping
+from typing import Any
+
+from nbtrain.events import EventKind
+from nbtrain.runtime import context
+
+_warned_outside = False
+_skipped_keys: set[str] = set()
+
+
+def log(step: int | None = None, total: int | None = None, **values: Any) -> None:
+    """Report metric ``values`` at ``step`` from this rank; ``total`` (steps in the run) drives progress.
+
+    Values must be numbers (Python, numpy or 0-d tensors); others are skipped with one notice per key.
+    Outside an nbtrain run (e.g. in the notebook itself) this does nothing.
+    """
+    ctx = context.current()
+    if ctx is None:
+        global _warned_outside
+        if not _warned_outside:
+            _warned_outside = True
+            import warnings
+
+            warnings.warn("nbtrain.log() called outside an nbtrain run: values are not recorded.", stacklevel=2)
+        return
+    record(values, step, total)
+
+
+def record(values: Mapping[str, Any], step: int | None, total: int | None = None) -> None:
+    """Turn ``values`` into one METRIC event of this rank (numbers only). Never raises."""
+    ctx = context.current()
+    if ctx is None:
+        return
+    if step is None:
+        step = ctx.auto_step
+    ctx.auto_step = int(step) + 1
+    clean: dict[str, float] = {}
+    for key, value in values.items():
+        number = _as_float(value)
+        if number is None:
+            if key not in _skipped_keys:
+                _skipped_keys.add(key)
+                ctx.emit(EventKind.NOTICE, message=f"metric {key!r} is a {type(value).__name__}, not a number: not recorded")
+            continue
+        clean[str(key)] = number
+    if not clean:
+        return
+    ctx.last_step = int(step)
+    data: dict[str, Any] = {"step": int(step), "values": clean}
+    if total is not None:
+        data["total"] = int(total)
+    ctx.emit(EventKind.METRIC, **data)
+
+
+def _as_float(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return float(value)
+    if isinstance(value, numbers.Real):
+        return float(value)
+    item = getattr(value, "item", None)
+    numel = getattr(value, "numel", None) or getattr(value, "size", None)
+    if callable(item):
+        try:
+            if callable(numel) and numel() != 1:
+                return None
+            result = item()
+        except (ValueError, RuntimeError, TypeError):
+            return None
+        if isinstance(result, numbers.Real):
+            return float(result)
+    return None

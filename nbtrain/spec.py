@@ -1,0 +1,181 @@
+"""JobSpec: what to run and where, validated on construction (pure, no I/O).
+
+A JobSpec is built once at the parsing edge (the magic, the decorator, the CLI) and never mutated.
+Bad values raise :class:`~nbtrain.errors.SpecError` naming the field, the value and the allowed range.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any
+
+from nbtrain.errors import SpecError
+
+__all__ = ["Device", "JobSpec", "MixedPrecision", "Strategy"]
+
+_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class _Choice(str, enum.Enum):
+    """A str enum whose ``parse`` turns user text into a member or a SpecError listing the choices."""
+
+    @classmethod
+    def parse(cls, value: str | _Choice, flag: str) -> Any:
+        if isinstance(value, cls):
+            return value
+        text = str(value).strip().lower()
+        for member in cls:
+            if member.value == text:
+                return member
+        allowed = ", ".join(m.value for m in cls)
+        raise SpecError(f"{flag}: unknown value {value!r}; choose one of: {allowed}.")
+
+
+class Device(_Choice):
+    """Where ranks compute. AUTO = GPUs when present, else CPU (gloo)."""
+
+    AUTO = "auto"
+    GPU = "gpu"
+    CPU = "cpu"
+
+
+class Strategy(_Choice):
+    """How Accelerate distributes the model."""
+
+    DDP = "ddp"
+    FSDP = "fsdp"
+    DEEPSPEED = "deepspeed"
+
+
+class MixedPrecision(_Choice):
+    """Accelerate's --mixed_precision values."""
+
+    NO = "no"
+    FP16 = "fp16"
+    BF16 = "bf16"
+    FP8 = "fp8"
+
+
+def slugify(name: str) -> str:
+    """Lower-case DNS-1123-ish slug of ``name`` (a–z, 0–9, '-'), at most 40 characters."""
+    slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+    return slug[:40].strip("-") or "run"
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """A distributed job: ``nodes`` x ``procs_per_node`` ranks running one bundle.
+
+    ``procs_per_node`` is the magic's ``--gpus``: GPUs per node on a GPU machine, worker processes
+    per node on CPU. ``env`` holds plain (non-secret) variables for every rank.
+    """
+
+    name: str = "run"
+    nodes: int = 1
+    procs_per_node: int = 1
+    device: Device = Device.AUTO
+    strategy: Strategy = Strategy.DDP
+    mixed_precision: MixedPrecision = MixedPrecision.NO
+    backend: str = "local"
+    image: str | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+    checkpoint_dir: str | None = None
+    resume_from: str | None = None
+    max_restarts: int = 0
+    timeout_s: float | None = None
+    collective_timeout_s: float = 600.0
+    tracking: bool = True
+    experiment: str | None = None
+    max_capture_mb: float = 50.0
+    allow_secrets: bool = False
+    # Kubernetes options (used by the kubernetes backend only).
+    namespace: str | None = None
+    queue: str | None = None
+    flavor: str = "job"
+    service_account: str | None = None
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    tolerations: tuple[Mapping[str, str], ...] = ()
+    cpu: str | None = None
+    memory: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "device", Device.parse(self.device, "--device"))
+        object.__setattr__(self, "strategy", Strategy.parse(self.strategy, "--strategy"))
+        object.__setattr__(
+            self, "mixed_precision", MixedPrecision.parse(self.mixed_precision, "--mixed-precision")
+        )
+        object.__setattr__(self, "env", dict(self.env))
+        object.__setattr__(self, "node_selector", dict(self.node_selector))
+        object.__setattr__(self, "tolerations", tuple(dict(t) for t in self.tolerations))
+        _check_int("--nodes", self.nodes, 1, 1024)
+        _check_int("--gpus", self.procs_per_node, 0, 64)
+        _check_int("--max-restarts", self.max_restarts, 0, 100)
+        if not self.name or not self.name.strip():
+            raise SpecError("--name: the run name is empty; give a short name such as 'digits'.")
+        if len(self.name) > 100:
+            raise SpecError(f"--name: {self.name[:40]!r}... is {len(self.name)} characters; use at most 100.")
+        if self.timeout_s is not None and not self.timeout_s > 0:
+            raise SpecError(f"--timeout: {self.timeout_s!r} must be a positive number of seconds.")
+        if not self.collective_timeout_s > 0:
+            raise SpecError(
+                f"--collective-timeout: {self.collective_timeout_s!r} must be a positive number of seconds."
+            )
+        if not self.max_capture_mb > 0:
+            raise SpecError(f"--max-capture-mb: {self.max_capture_mb!r} must be positive.")
+        for key, value in self.env.items():
+            if not _ENV_NAME_RE.match(key):
+                raise SpecError(f"--env: {key!r} is not a valid environment variable name.")
+            if not isinstance(value, str):
+                raise SpecError(f"--env: the value of {key} must be a string, got {type(value).__name__}.")
+        if self.backend not in ("local", "kubernetes"):
+            raise SpecError(f"--backend: unknown value {self.backend!r}; choose one of: local, kubernetes.")
+        if self.flavor not in ("job", "pytorchjob", "jobset"):
+            raise SpecError(f"--flavor: unknown value {self.flavor!r}; choose one of: job, pytorchjob, jobset.")
+
+    @property
+    def world_size(self) -> int:
+        """Total number of ranks (at least one process per node, even with ``--gpus 0``)."""
+        return self.nodes * max(1, self.procs_per_node)
+
+    @property
+    def procs(self) -> int:
+        """Worker processes per node (``--gpus 0`` still runs one CPU process per node)."""
+        return max(1, self.procs_per_node)
+
+    @property
+    def slug(self) -> str:
+        """The name as a DNS-1123 label prefix."""
+        return slugify(self.name)
+
+    def with_changes(self, **changes: Any) -> JobSpec:
+        """A copy with ``changes`` applied (validated again)."""
+        return replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serialisable form (enums as their values)."""
+        out = asdict(self)
+        for key, value in out.items():
+            if isinstance(value, enum.Enum):
+                out[key] = value.value
+        out["tolerations"] = [dict(t) for t in self.tolerations]
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> JobSpec:
+        """Inverse of :meth:`to_dict`; unknown keys are ignored (newer store versions)."""
+        known = {f.name for f in fields(cls)}
+        values = {k: v for k, v in data.items() if k in known}
+        if "tolerations" in values:
+            values["tolerations"] = tuple(values["tolerations"])
+        return cls(**values)
+
+
+def _check_int(flag: str, value: object, low: int, high: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise SpecError(f"{flag}: expected a whole number, got {value!r}.")
+    if not low <= value <= high:
+        raise SpecError(f"{flag}: {value} is out of range; use a value from {low} to {high}.")
