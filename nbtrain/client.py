@@ -21,7 +21,7 @@ from nbtrain.spec import JobSpec
 from nbtrain.store import RunRecord, Store
 from nbtrain.view import RunView
 
-__all__ = ["Run", "attach", "runs", "submit_bundle"]
+__all__ = ["Run", "attach", "plan_bundle", "runs", "submit_bundle"]
 
 WATCH_PERIOD_S = 0.1
 
@@ -273,6 +273,19 @@ class _ProgressLine:
             sys.stderr.write("\n")
 
 
+def _prepare(bundle: Any, spec: JobSpec, store: Store | None, backend: Any | None) -> tuple[Store, Any, Path]:
+    store = store or Store()
+    store.ensure_writable()
+    backend = backend or get_backend(spec.backend, store=store)
+    return store, backend, bundle.write(store.bundles)
+
+
+def plan_bundle(bundle: Any, spec: JobSpec, *, store: Store | None = None, backend: Any | None = None) -> Plan:
+    """Dry run: write the (content-addressed) bundle and return the backend's plan; nothing is submitted."""
+    store, backend, bundle_dir = _prepare(bundle, spec, store, backend)
+    return backend.plan(spec, str(bundle_dir), bundle.digest, f"{spec.slug}-dryrun")
+
+
 def submit_bundle(
     bundle: Any,
     spec: JobSpec,
@@ -280,20 +293,14 @@ def submit_bundle(
     store: Store | None = None,
     kind: str = "cell",
     notebook: dict[str, Any] | None = None,
-    dry_run: bool = False,
     backend: Any | None = None,
-) -> Run | Plan:
-    """Plan and (unless ``dry_run``) submit ``bundle`` under ``spec``; returns the Run (or the Plan).
+) -> Run:
+    """Plan and submit ``bundle`` under ``spec``; returns the watched Run at once.
 
     Order: write the bundle (content-addressed), plan (all validation; nothing runs), save the
     RunRecord, then start the gang. A failure before submit leaves no run behind.
     """
-    store = store or Store()
-    store.ensure_writable()
-    backend = backend or get_backend(spec.backend, store=store)
-    bundle_dir = bundle.write(store.bundles)
-    if dry_run:
-        return backend.plan(spec, str(bundle_dir), bundle.digest, f"{spec.slug}-dryrun")
+    store, backend, bundle_dir = _prepare(bundle, spec, store, backend)
     run_id = store.new_run_id(spec.name)
     try:
         plan = backend.plan(spec, str(bundle_dir), bundle.digest, run_id)

@@ -117,14 +117,16 @@ class DistributedMagics(Magics):
         if args.out is not None and not args.out.isidentifier():
             raise UsageError(f"--out {args.out!r}: not a valid Python variable name.")
         from nbtrain.bundle import CaptureOptions, capture_cell
-        from nbtrain.client import submit_bundle
+        from nbtrain.client import plan_bundle, submit_bundle
 
-        source = self.shell.transform_cell(cell)
-        history = [h for h in self.shell.user_ns.get("In", []) if isinstance(h, str)]
-        notebook = _notebook_info(self.shell)
+        shell = self.shell
+        assert shell is not None  # a registered magic always has its shell
+        source = shell.transform_cell(cell)
+        history = [h for h in shell.user_ns.get("In", []) if isinstance(h, str)]
+        notebook = _notebook_info(shell)
         try:
             bundle = capture_cell(
-                source, self.shell.user_ns, history=history[:-1] if history else [],
+                source, shell.user_ns, history=history[:-1] if history else [],
                 options=CaptureOptions(max_pickle_bytes=int(spec.max_capture_mb * 1024 * 1024),
                                        allow_secrets=spec.allow_secrets),
                 cell_line_offset=1, notebook=notebook,
@@ -132,22 +134,23 @@ class DistributedMagics(Magics):
         except CaptureError as error:
             raise UsageError(f"%%distributed: nothing was submitted. {error}") from None
         try:
-            outcome = submit_bundle(bundle, spec, notebook=notebook, dry_run=args.dry_run)
+            if args.dry_run:
+                plan = plan_bundle(bundle, spec)
+                print(bundle.report())
+                print()
+                print(plan.render())
+                return None
+            run = submit_bundle(bundle, spec, notebook=notebook)
         except (EnvironmentProblem, SpecError) as error:
             raise UsageError(f"%%distributed: nothing was submitted. {error}") from None
-        if args.dry_run:
-            print(bundle.report())
-            print()
-            print(outcome.render())  # type: ignore[union-attr]
-            return None
-        run = outcome
         if args.out:
-            self.shell.user_ns[args.out] = run
+            shell.user_ns[args.out] = run
+        handle_name = args.out or "run"
         print(
-            f"{run.id}: submitted {spec.nodes} node(s) x {spec.procs} process(es) on {spec.backend}."  # type: ignore[union-attr]
-            + ("" if args.block else f" The kernel is free: {args.out or 'run'}.wait(), .logs(rank=0), .metrics(), .cancel().")
+            f"{run.id}: submitted {spec.nodes} node(s) x {spec.procs} process(es) on {spec.backend}."
+            + ("" if args.block else f" The kernel is free: {handle_name}.wait(), .logs(rank=0), .metrics(), .cancel().")
         )
         if args.block:
-            run.wait()  # type: ignore[union-attr]
+            run.wait()
             return None
         return None if args.out else run

@@ -91,6 +91,7 @@ class ManageMagics(Magics):
                 if args.out:
                     if not args.out.isidentifier():
                         raise UsageError(f"--out {args.out!r}: not a valid Python variable name.")
+                    assert self.shell is not None  # a registered magic always has its shell
                     self.shell.user_ns[args.out] = run
                     print(f"attached to {run.id} ({run.status().value}) as {args.out}")
                     return None

@@ -38,7 +38,7 @@ def _patch_accelerator_log() -> None:
         return original(self, values, step=step, log_kwargs=log_kwargs or {})
 
     log._nbtrain = True  # type: ignore[attr-defined]
-    cls.log = log  # type: ignore[method-assign]
+    cls.log = log
 
 
 def _patch_process_group_timeout() -> None:

@@ -83,6 +83,11 @@ def environment_report() -> dict[str, Any]:
 
 
 def _heartbeat(ctx: context.WorkerContext, period: float, stop: threading.Event) -> None:
+    # the environment report reads package metadata and imports torch: off the critical path
+    try:
+        ctx.emit(EventKind.ENV, **environment_report())
+    except Exception as error:  # noqa: BLE001 - a missing report must not stop training
+        ctx.emit(EventKind.NOTICE, message=f"rank {ctx.rank}: environment report failed: {error}")
     while not stop.wait(period):
         ctx.emit(EventKind.HEARTBEAT, step=ctx.last_step)
 
@@ -213,7 +218,6 @@ def main(argv: list[str] | None = None) -> None:
     threading.Thread(target=_heartbeat, args=(ctx, period, stop), name="nbtrain-heartbeat", daemon=True).start()
     try:
         hooks.install()
-        ctx.emit(EventKind.ENV, **environment_report())
         ok, result = run_bundle(Path(args[0]).resolve(), ctx)
     except BaseException as error:  # noqa: BLE001 - bundle refused or runtime broken: report and fail
         text = "".join(traceback.format_exception(type(error), error, error.__traceback__))

@@ -100,7 +100,7 @@ class LocalBackend:
         logs_dir = attempt_dir / "logs"
         target = LaunchTarget("nbtrain.runtime.worker", (bundle_dir,))
         threads = max(1, (os.cpu_count() or 1) // max(1, spec.world_size))
-        launchers = []
+        launchers: list[dict[str, Any]] = []
         for node in range(spec.nodes):
             ids = inventory.ids[node * spec.procs : (node + 1) * spec.procs] if use_gpu else ()
             env = {

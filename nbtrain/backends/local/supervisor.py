@@ -189,8 +189,9 @@ class Supervisor:
                 node_of=self.node_of, last_lines=last, exit_codes=elastic,
             ) or Failure(reason="unknown")
         for i, proc in enumerate(self.launchers):
-            code = proc.poll()
-            if code not in (None, 0):
+            exit_code = proc.poll()
+            if exit_code is not None and exit_code != 0:
+                code = exit_code
                 lines = _tail_lines(self.logs_dir / f"node-{i}.log", LAST_LINES)
                 return Failure(
                     reason=f"the launcher of node {i} exited with code {code} before any rank reported",

@@ -1,0 +1,120 @@
+"""Launch overhead: a `%%distributed` cell vs bare `accelerate launch` of the same script, side by side.
+
+Measures, for a 2x2 CPU gang, the time from submitting to the first training step being finished on
+ALL ranks. nbtrain's side starts when the cell is run in a real IPython shell (capture, plan, supervisor,
+launchers, workers); the bare side starts when `accelerate launch` is exec'd for each node with the same
+flags, on the bundle's own `main.py`. Runs alternate (nbtrain, bare, nbtrain, ...) so machine noise hits
+both alike. Prints medians and the ratio (target <= 1.10). Usage: python bench/launch_overhead.py [--repeats 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+SETUP = """
+import os, time
+import torch
+from accelerate import Accelerator
+"""
+
+BODY = """
+accelerator = Accelerator()
+model = torch.nn.Linear(16, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+model, opt = accelerator.prepare(model, opt)
+loss = model(torch.randn(8, 16)).pow(2).mean()
+accelerator.backward(loss)
+opt.step()
+accelerator.wait_for_everyone()
+with open(os.path.join(os.environ["BENCH_DIR"], f"rank{accelerator.process_index}"), "w") as f:
+    f.write(repr(time.time()))
+"""
+
+
+def _first_step_done(directory: Path, world: int, timeout: float = 120) -> float:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        files = list(directory.glob("rank*"))
+        if len(files) == world:
+            try:
+                return max(float(f.read_text()) for f in files)
+            except ValueError:
+                pass  # a file is being written
+        time.sleep(0.01)
+    raise TimeoutError(f"not every rank finished its first step within {timeout} s in {directory}")
+
+
+def run_nbtrain(shell, bench_dir: Path) -> tuple[float, str]:
+    from nbtrain.store import Store
+
+    start = time.time()
+    result = shell.run_cell(f"%%distributed --nodes 2 --gpus 2 --name bench --out run --env BENCH_DIR={bench_dir}\n{BODY}")
+    if result.error_before_exec or result.error_in_exec:
+        raise RuntimeError(result.error_before_exec or result.error_in_exec)
+    done = _first_step_done(bench_dir, 4)
+    run = shell.user_ns["run"]
+    run.wait(progress=False)
+    bundle_main = Store().bundles / run.record.bundle_digest / "main.py"
+    return done - start, str(bundle_main)
+
+
+def run_bare(script: str, bench_dir: Path, port: int) -> float:
+    env = dict(os.environ, ACCELERATE_USE_CPU="1", BENCH_DIR=str(bench_dir), OMP_NUM_THREADS="1")
+    start = time.time()
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "4",
+             "--num_machines", "2", "--machine_rank", str(node), "--main_process_ip", "127.0.0.1",
+             "--main_process_port", str(port), "--mixed_precision", "no", "--dynamo_backend", "no", script],
+            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        for node in range(2)
+    ]
+    done = _first_step_done(bench_dir, 4)
+    for proc in procs:
+        proc.wait(timeout=120)
+    return done - start
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    os.environ.setdefault("NBTRAIN_HOME", tempfile.mkdtemp(prefix="nbtrain-bench-"))
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from nbtrain.backends.local.ports import free_port
+
+    shell = InteractiveShell.instance()
+    shell.run_line_magic("load_ext", "nbtrain")
+    shell.run_cell(SETUP)
+    ours: list[float] = []
+    bare: list[float] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(args.repeats):
+            d1 = Path(tmp) / f"nb{i}"
+            d1.mkdir()
+            t, script = run_nbtrain(shell, d1)
+            ours.append(t)
+            d2 = Path(tmp) / f"bare{i}"
+            d2.mkdir()
+            bare.append(run_bare(script, d2, free_port()))
+            print(f"  round {i + 1}: nbtrain {ours[-1]:.2f} s   bare accelerate launch {bare[-1]:.2f} s", flush=True)
+    m_ours, m_bare = statistics.median(ours), statistics.median(bare)
+    ratio = m_ours / m_bare
+    print(f"submit -> first step done on all 4 ranks (2 nodes x 2 CPU processes), median of {args.repeats}:")
+    print(f"  nbtrain %%distributed : {m_ours:.2f} s")
+    print(f"  bare accelerate launch: {m_bare:.2f} s")
+    print(f"  ratio                 : {ratio:.3f}  (target <= 1.10: {'met' if ratio <= 1.10 else 'NOT met'})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
