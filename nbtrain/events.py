@@ -77,7 +77,7 @@ class Event:
     def from_json(cls, line: str) -> Event | None:
         """Parse one line; None for a line of an unknown kind or a newer major schema."""
         record = json.loads(line)
-        if int(record.get("v", 0)) > SCHEMA_VERSION:
+        if not isinstance(record, dict) or int(record.get("v", 0)) > SCHEMA_VERSION:
             return None
         try:
             kind = EventKind(record["kind"])
@@ -127,6 +127,8 @@ class EventWriter:
         self._lock = threading.Lock()
         self._seq = _last_seq(path)
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        if _ends_mid_line(path):
+            os.write(self._fd, b"\n")  # a crash mid-line: close that fragment so the next event stays whole
 
     def emit(self, kind: EventKind, **data: Any) -> Event:
         """Write one event now and return it."""
@@ -142,6 +144,18 @@ class EventWriter:
             if self._fd >= 0:
                 os.close(self._fd)
                 self._fd = -1
+
+
+def _ends_mid_line(path: Path) -> bool:
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            if handle.tell() == 0:
+                return False
+            handle.seek(-1, os.SEEK_END)
+            return handle.read(1) != b"\n"
+    except OSError:
+        return False
 
 
 def _last_seq(path: Path) -> int:
@@ -195,7 +209,7 @@ def _parse(line: str) -> Event | None:
         return None
     try:
         return Event.from_json(line)
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, AttributeError):
         return None
 
 

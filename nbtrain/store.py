@@ -17,6 +17,7 @@ half-written record and a crash loses at most the last update.
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import secrets
@@ -151,7 +152,9 @@ class Store:
         path = self.run_dir(run_id) / "record.json"
         if not path.exists():
             known = self.ids()
-            close = [r for r in known if r.startswith(run_id) or run_id in r][:5]
+            close = [r for r in known if r.startswith(run_id) or run_id in r]
+            close += [r for r in difflib.get_close_matches(run_id, known, n=5, cutoff=0.6) if r not in close]
+            close = close[:5]
             hint = f" Did you mean: {', '.join(close)}?" if close else " List runs with nbtrain.runs() or `%nbtrain runs`."
             raise RunNotFoundError(f"no run {run_id!r} in the store at {self.root}.{hint}")
         return RunRecord.from_dict(read_json(path))

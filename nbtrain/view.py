@@ -50,6 +50,8 @@ class RunView:
             return False
         self.seen.add(event.key)
         kind, data = event.kind, event.data
+        if event.attempt < self.attempt and kind is not EventKind.METRIC:
+            return True  # an older attempt's state/ranks/failure no longer describe the run
         if event.attempt > self.attempt:
             self.attempt = event.attempt
             self.ranks.clear()

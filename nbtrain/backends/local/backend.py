@@ -39,7 +39,7 @@ def _reap() -> None:
 
 
 def _accelerate_available(python: str) -> bool:
-    if os.path.realpath(python) == os.path.realpath(sys.executable):
+    if python == sys.executable:  # not realpath: a venv's python is a symlink with other packages
         return importlib.util.find_spec("accelerate") is not None
     probe = "import importlib.util,sys; sys.exit(importlib.util.find_spec('accelerate') is None)"
     return subprocess.run([python, "-c", probe], capture_output=True, timeout=30).returncode == 0
@@ -82,10 +82,10 @@ class LocalBackend:
                 "--device gpu: this machine has no visible GPU (nvidia-smi found none); "
                 "use --device cpu, or --backend kubernetes to run on a GPU cluster."
             )
-        wanted = spec.nodes * spec.procs_per_node
+        wanted = spec.nodes * spec.procs
         if use_gpu and wanted > inventory.count:
             raise EnvironmentProblem(
-                f"--nodes {spec.nodes} --gpus {spec.procs_per_node} needs {wanted} GPUs but this machine has "
+                f"--nodes {spec.nodes} --gpus {spec.procs} needs {wanted} GPUs but this machine has "
                 f"{inventory.count} ({', '.join(inventory.names) or 'unknown model'}); lower --gpus/--nodes "
                 "or use --backend kubernetes."
             )

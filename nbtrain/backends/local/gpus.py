@@ -30,18 +30,33 @@ def detect_gpus() -> GpuInventory:
         return GpuInventory()
     try:
         out = subprocess.run(
-            [smi, "--query-gpu=index,name", "--format=csv,noheader"],
+            [smi, "--query-gpu=index,uuid,name", "--format=csv,noheader"],
             capture_output=True, text=True, timeout=5, check=True,
         ).stdout
     except (subprocess.SubprocessError, OSError):
         return GpuInventory()
-    rows = [line.split(",", 1) for line in out.splitlines() if line.strip()]
-    ids = [r[0].strip() for r in rows]
-    names = [r[1].strip() if len(r) > 1 else "" for r in rows]
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None:
-        wanted = [v.strip() for v in visible.split(",") if v.strip() and v.strip() != "-1"]
-        keep = [i for i, gid in enumerate(ids) if gid in wanted]
-        ids = [ids[i] for i in keep]
-        names = [names[i] for i in keep]
+    return parse_inventory(out, os.environ.get("CUDA_VISIBLE_DEVICES"))
+
+
+def parse_inventory(smi_csv: str, visible: str | None) -> GpuInventory:
+    """Inventory from ``nvidia-smi --query-gpu=index,uuid,name`` output, filtered by CUDA_VISIBLE_DEVICES.
+
+    CUDA_VISIBLE_DEVICES may name GPUs by index or by UUID (``GPU-…``, also MIG ``MIG-…`` prefixes);
+    the kept GPUs are returned in the order CUDA_VISIBLE_DEVICES lists them.
+    """
+    rows = [[part.strip() for part in line.split(",", 2)] for line in smi_csv.splitlines() if line.strip()]
+    rows = [r + [""] * (3 - len(r)) for r in rows]
+    if visible is None:
+        return GpuInventory(tuple(r[0] for r in rows), tuple(r[2] for r in rows))
+    ids: list[str] = []
+    names: list[str] = []
+    for token in (v.strip() for v in visible.split(",")):
+        if not token or token == "-1":
+            break  # CUDA stops at the first invalid entry
+        for index, uuid, name in rows:
+            if token == index or (token and uuid.startswith(token)):
+                if index not in ids:
+                    ids.append(index)
+                    names.append(name)
+                break
     return GpuInventory(tuple(ids), tuple(names))

@@ -33,6 +33,11 @@ def free_port(host: str = "127.0.0.1") -> int:
             raise EnvironmentProblem(
                 f"NBTRAIN_PORT_RANGE={spec!r} is not a port range; write it as LOW-HIGH, e.g. 29500-29600."
             ) from error
+        if not 1 <= low <= high <= 65535:
+            raise EnvironmentProblem(
+                f"NBTRAIN_PORT_RANGE={spec!r} is not a valid range of TCP ports; "
+                "write it as LOW-HIGH with 1 <= LOW <= HIGH <= 65535, e.g. 29500-29600."
+            )
         for port in range(low, high + 1):
             if _can_bind(host, port):
                 return port

@@ -1,0 +1,157 @@
+"""RunView: the picture of a run the notebook shows, built from events that may arrive more than once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from nbtrain.backends.base import Failure, RunState
+from nbtrain.events import Event, EventKind, EventWriter, read_events
+from nbtrain.view import RunView
+
+
+class Source:
+    """Numbers events like an EventWriter does, without a file."""
+
+    def __init__(self, source: str, *, attempt: int = 0, rank: int | None = None) -> None:
+        self.source, self.attempt, self.rank, self.seq = source, attempt, rank, 0
+
+    def __call__(self, kind: EventKind, time: float = 0.0, **data: object) -> Event:
+        self.seq += 1
+        return Event(kind, self.source, self.seq, time, self.attempt, self.rank, dict(data))
+
+
+def _metric(source: Source, step: int, time: float = 0.0, total: int | None = None, **values: float) -> Event:
+    return source(EventKind.METRIC, time, step=step, values=values, total=total)
+
+
+def test_a_fresh_view_is_pending_and_empty() -> None:
+    view = RunView()
+    assert view.state is RunState.PENDING
+    assert view.last_metrics() == {}
+    assert view.failure is None
+
+
+def test_duplicates_are_ignored() -> None:
+    view = RunView()
+    event = _metric(Source("rank-0", rank=0), 1, loss=0.9)
+    assert view.apply(event) is True
+    assert view.apply(event) is False
+    assert view.metrics[0]["loss"] == [(0, 1, 0.9)]
+
+
+def test_same_seq_from_another_source_or_attempt_is_not_a_duplicate() -> None:
+    view = RunView()
+    assert view.apply(_metric(Source("rank-0", rank=0), 1, loss=0.9))
+    assert view.apply(_metric(Source("rank-1", rank=1), 1, loss=0.8))
+    assert view.apply(_metric(Source("rank-0", attempt=1, rank=0), 1, loss=0.7))
+    assert view.metrics[0]["loss"] == [(0, 1, 0.9), (1, 1, 0.7)]
+    assert view.metrics[1]["loss"] == [(0, 1, 0.8)]
+
+
+def test_rereading_the_files_after_attach_does_not_double_the_metrics(tmp_path: Path) -> None:
+    path = tmp_path / "rank-0.jsonl"
+    writer = EventWriter(path, "rank-0", rank=0)
+    for step in range(1, 4):
+        writer.emit(EventKind.METRIC, step=step, values={"loss": 1.0 / step}, total=3)
+    writer.close()
+    view = RunView()
+    applied = [view.apply(e) for e in read_events(path)] + [view.apply(e) for e in read_events(path)]
+    assert applied == [True] * 3 + [False] * 3
+    assert [step for _, step, _ in view.metrics[0]["loss"]] == [1, 2, 3]
+    assert view.total == 3
+
+
+def test_metrics_accumulate_per_rank_and_last_metrics_reads_the_latest() -> None:
+    view = RunView()
+    rank0, rank1 = Source("rank-0", rank=0), Source("rank-1", rank=1)
+    for event in [
+        _metric(rank0, 1, total=10, loss=1.0, acc=0.1),
+        _metric(rank1, 1, loss=1.1),
+        _metric(rank0, 2, loss=0.5),
+        _metric(rank1, 2, loss=0.6),
+    ]:
+        view.apply(event)
+    assert view.metrics[0]["loss"] == [(0, 1, 1.0), (0, 2, 0.5)]
+    assert view.metrics[1]["loss"] == [(0, 1, 1.1), (0, 2, 0.6)]
+    assert view.last_metrics() == {"loss": 0.5, "acc": 0.1}
+    assert view.last_metrics(1) == {"loss": 0.6}
+    assert view.last_metrics(7) == {}
+    assert view.total == 10
+    assert view.ranks[0].last_step == 2
+
+
+def test_rank_lifecycle_is_tracked() -> None:
+    view = RunView()
+    rank = Source("rank-3", rank=3)
+    view.apply(rank(EventKind.RANK_START, 1.0, node=1, local_rank=1, pid=4242, host="trainer-1"))
+    view.apply(rank(EventKind.ENV, 1.1, host="trainer-1", torch="2.4.0", device="cpu"))
+    view.apply(rank(EventKind.HEARTBEAT, 2.0, step=17))
+    info = view.ranks[3]
+    assert (info.node, info.pid, info.host) == (1, 4242, "trainer-1")
+    assert info.env["torch"] == "2.4.0"
+    assert info.last_step == 17
+    assert info.last_seen == 2.0
+    view.apply(rank(EventKind.RANK_ERROR, 3.0, exc_type="ValueError", message="boom", traceback="..."))
+    assert info.error == "ValueError: boom"
+    view.apply(rank(EventKind.RANK_DONE, 4.0, ok=True, has_result=False))
+    assert info.done
+
+
+def test_lifecycle_states_and_times() -> None:
+    view = RunView()
+    sup = Source("supervisor")
+    seen = []
+    for time, state in [(10.0, "starting"), (11.0, "running"), (20.0, "succeeded")]:
+        view.apply(sup(EventKind.STATE, time, state=state, reason=""))
+        seen.append((view.state, view.started, view.ended))
+    assert seen == [
+        (RunState.STARTING, 10.0, None),
+        (RunState.RUNNING, 10.0, None),
+        (RunState.SUCCEEDED, 10.0, 20.0),
+    ]
+    assert view.state.terminal
+
+
+def test_failure_and_notices() -> None:
+    view = RunView()
+    sup = Source("supervisor")
+    failure = Failure(reason="the training code raised an exception", rank=3, node=1, exit_code=1,
+                      exc_type="ValueError", message="boom", last_lines=("a", "b"), cell_line=4)
+    view.apply(sup(EventKind.NOTICE, message="no GPU used: running on CPU"))
+    view.apply(sup(EventKind.NOTICE, message="no GPU used: running on CPU"))  # same text, new seq
+    view.apply(sup(EventKind.FAILURE, **failure.to_dict()))
+    view.apply(sup(EventKind.STATE, 5.0, state="failed", reason="rank 3 failed"))
+    assert view.notices == ["no GPU used: running on CPU"]
+    assert view.failure == failure
+    assert view.failure is not None
+    assert view.failure.summary() == "rank 3 (node 1) failed: ValueError: boom (cell line 4)"
+    assert view.state is RunState.FAILED
+
+
+def test_a_higher_attempt_resets_ranks_and_failure_but_keeps_history() -> None:
+    view = RunView()
+    sup0, rank0 = Source("supervisor"), Source("rank-0", rank=0)
+    view.apply(rank0(EventKind.RANK_START, node=0, local_rank=0, pid=1, host="h"))
+    view.apply(_metric(rank0, 5, loss=0.3))
+    view.apply(sup0(EventKind.FAILURE, reason="killed", rank=0, exit_code=-9, signal="SIGKILL"))
+    view.apply(sup0(EventKind.STATE, 5.0, state="failed", reason=""))
+    assert view.failure is not None
+
+    sup1, rank1 = Source("supervisor", attempt=1), Source("rank-0", attempt=1, rank=0)
+    view.apply(sup1(EventKind.STATE, 6.0, state="starting", reason="restart from checkpoint step 4"))
+    assert view.attempt == 1
+    assert view.failure is None
+    assert view.ranks == {}
+    assert view.state is RunState.STARTING  # a restart leaves the previous attempt's FAILED behind
+    view.apply(_metric(rank1, 5, loss=0.25))
+    assert view.metrics[0]["loss"] == [(0, 5, 0.3), (1, 5, 0.25)]
+    assert view.last_metrics() == {"loss": 0.25}
+    assert view.ranks[0].last_step == 5
+
+
+def test_an_older_attempt_does_not_reset_a_newer_one() -> None:
+    view = RunView()
+    view.apply(Source("rank-0", attempt=1, rank=0)(EventKind.RANK_START, node=0, local_rank=0, pid=2, host="h"))
+    view.apply(Source("rank-0", attempt=0, rank=0)(EventKind.HEARTBEAT, step=3))
+    assert view.attempt == 1
+    assert view.ranks[0].pid == 2
