@@ -25,9 +25,9 @@ from nbtrain.backends.local import procs, triage
 from nbtrain.events import Event, EventKind, EventWriter, FileTail, parse_line
 from nbtrain.store import read_json, write_json_atomic
 
-POLL_S = 0.05
+POLL_S = 0.1
 FAILURE_SETTLE_S = 0.3  # collect near-simultaneous rank errors before ending the gang
-DONE_GRACE_S = 10.0  # all ranks done but a launcher lingers: end it after this long
+DONE_GRACE_S = 3.0  # all ranks done but a launcher lingers (elastic agent shutdown): end it after this long
 LAST_LINES = 40
 
 
