@@ -84,3 +84,34 @@ def test_decorated_function_returns_rank0_value(shell: Any, run_cell: Any) -> No
     run = run_cell("train(5, scale=3)")
     assert run.result(timeout=180) == {"rank": 0, "value": 315, "total": 1.0}
     assert run.record.kind == "function"
+
+
+KERNEL_SCRIPT = '''
+import os, signal
+from IPython.core.interactiveshell import InteractiveShell
+ip = InteractiveShell.instance()
+ip.run_line_magic("load_ext", "nbtrain")
+result = ip.run_cell("""%%distributed --nodes 2 --gpus 1 --name orphan --out run
+import time
+from accelerate import Accelerator
+accelerator = Accelerator()
+for step in range(30):
+    accelerator.log({"loss": float(step)}, step=step)
+    time.sleep(0.1)
+""")
+assert result.success, result
+print(ip.user_ns["run"].id, flush=True)
+os.kill(os.getpid(), signal.SIGKILL)  # the "kernel" dies right after submitting
+'''
+
+
+def test_run_survives_the_kernel_dying(home: Any) -> None:
+    import nbtrain
+
+    out = subprocess.run([sys.executable, "-c", KERNEL_SCRIPT], capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ))
+    assert out.returncode == -9, out.stderr[-2000:]
+    run_id = [line for line in out.stdout.splitlines() if line.startswith("orphan-")][-1]
+    run = nbtrain.attach(run_id)
+    assert run.wait(timeout=120).value == "succeeded"
+    assert [s for s, _ in run.metrics(0)["loss"]] == list(range(30))

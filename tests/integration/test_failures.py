@@ -91,3 +91,27 @@ def test_cancel_ends_every_process(shell: Any, run_cell: Any, survivors: Any) ->
     assert survivors() == []
     run.cancel()  # idempotent
     assert run.status().value == "cancelled"
+
+
+SEGV_CELL = '''%%distributed --nodes 1 --gpus 2 --name segv --out run
+import ctypes, time
+import torch
+from accelerate import Accelerator
+accelerator = Accelerator()
+accelerator.wait_for_everyone()
+if accelerator.process_index == 1:
+    print("rank 1 about to crash in C", flush=True)
+    ctypes.string_at(0)
+time.sleep(30)
+'''
+
+
+def test_crash_in_c_keeps_last_words(shell: Any, run_cell: Any) -> None:
+    run_cell(SEGV_CELL)
+    run = shell.user_ns["run"]
+    assert run.wait(timeout=120, raise_on_failure=False).value == "failed"
+    failure = run.failure
+    assert failure is not None and failure.rank == 1 and failure.signal == "SIGSEGV"
+    log = run.logs(1)
+    assert "rank 1 about to crash in C" in log
+    assert "Segmentation fault" in log  # faulthandler's last words, written by the dying process
