@@ -165,12 +165,17 @@ class Run:
         state = self.wait(timeout, progress=False)
         if state is RunState.CANCELLED:
             raise NbtrainError(f"run {self.id} was cancelled; it has no result.")
-        path = self.store.attempt_dir(self.id, self.view.attempt) / "result.pkl"
-        if not path.exists():
-            return None
         import cloudpickle
 
-        return cloudpickle.loads(path.read_bytes())
+        path = self.store.attempt_dir(self.id, self.view.attempt) / "result.pkl"
+        if path.exists():
+            return cloudpickle.loads(path.read_bytes())
+        self.sync()
+        if self.view.result_b64:  # backends without a shared disk send it as an event
+            import base64
+
+            return cloudpickle.loads(base64.b64decode(self.view.result_b64))
+        return None
 
     def cancel(self) -> None:
         """End every process of the run (idempotent); returns once the run is terminal."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 import enum
 import json
 import os
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -22,12 +23,19 @@ from typing import Any
 
 __all__ = [
     "SCHEMA_VERSION",
+    "STREAM_MARKER",
     "Event",
     "EventKind",
     "EventWriter",
     "FileTail",
+    "StreamEventWriter",
+    "parse_line",
+    "parse_stream_line",
     "read_events",
 ]
+
+STREAM_MARKER = "@@nbtrain-event@@ "
+_RANK_PREFIX = re.compile(r"^\[(?:default)?(\d+)\]:|^\[rank(\d+)\]:")
 
 SCHEMA_VERSION = 1
 
@@ -45,6 +53,7 @@ class EventKind(str, enum.Enum):
     RANK_DONE = "rank_done"  # ok, has_result               (a worker finished its code cleanly)
     FAILURE = "failure"  # node, exit_code, signal, reason, traceback, last_lines (supervisor verdict)
     NOTICE = "notice"  # message                           (one-time information for the user)
+    RESULT = "result"  # pickle_b64                        (rank 0's result when no shared disk exists)
 
 
 @dataclass(frozen=True)
@@ -144,6 +153,52 @@ class EventWriter:
             if self._fd >= 0:
                 os.close(self._fd)
                 self._fd = -1
+
+
+class StreamEventWriter:
+    """Writes events of one source as marked lines on a file descriptor (default: stdout).
+
+    Used where no shared disk exists (Kubernetes pods): the events travel inside the pod log, each as
+    ``@@nbtrain-event@@ {json}`` on its own line, in one ``os.write``. Same ``emit`` contract as
+    :class:`EventWriter`.
+    """
+
+    def __init__(self, source: str, *, attempt: int = 0, rank: int | None = None, fd: int = 1) -> None:
+        self.source = source
+        self.attempt = attempt
+        self.rank = rank
+        self.fd = fd
+        self._lock = threading.Lock()
+        self._seq = 0
+
+    def emit(self, kind: EventKind, **data: Any) -> Event:
+        """Write one event line now and return the event."""
+        with self._lock:
+            self._seq += 1
+            event = Event(kind, self.source, self._seq, time.time(), self.attempt, self.rank, data)
+            os.write(self.fd, (STREAM_MARKER + event.to_json() + "\n").encode("utf-8"))
+            return event
+
+    def close(self) -> None:
+        """Nothing to release (the descriptor belongs to the process)."""
+
+
+def parse_stream_line(line: str) -> tuple[int | None, Event | None, str]:
+    """Split one launcher/pod log line into (rank, event, text).
+
+    ``rank`` comes from torchelastic's line prefix (``[rank3]:`` or ``[default3]:``) when present;
+    ``event`` is set when the line carries a :class:`StreamEventWriter` record; ``text`` is the plain
+    log text without the prefix (what precedes the marker, if any: usually "").
+    """
+    rank: int | None = None
+    match = _RANK_PREFIX.match(line)
+    if match:
+        rank = int(match.group(1) or match.group(2))
+        line = line[match.end():]
+    at = line.find(STREAM_MARKER)
+    if at >= 0:  # text before the marker is output the user printed without a newline
+        return rank, _parse(line[at + len(STREAM_MARKER):]), line[:at]
+    return rank, None, line
 
 
 def _ends_mid_line(path: Path) -> bool:

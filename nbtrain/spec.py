@@ -101,6 +101,7 @@ class JobSpec:
     tolerations: tuple[Mapping[str, str], ...] = ()
     cpu: str | None = None
     memory: str | None = None
+    secret_env: Mapping[str, str] = field(default_factory=dict)  # ENV_NAME -> "secret-name/key" (by reference)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "device", Device.parse(self.device, "--device"))
@@ -110,6 +111,14 @@ class JobSpec:
         )
         object.__setattr__(self, "env", dict(self.env))
         object.__setattr__(self, "node_selector", dict(self.node_selector))
+        object.__setattr__(self, "secret_env", dict(self.secret_env))
+        for key, ref in self.secret_env.items():
+            secret, sep, item = ref.partition("/")
+            if not _ENV_NAME_RE.match(key) or not sep or not secret or not item:
+                raise SpecError(
+                    f"--secret-env: {key}={ref!r} must be NAME=SECRET/KEY (an environment variable filled from "
+                    "key KEY of the Kubernetes Secret SECRET), e.g. HF_TOKEN=hf-credentials/token."
+                )
         object.__setattr__(self, "tolerations", tuple(dict(t) for t in self.tolerations))
         _check_int("--nodes", self.nodes, 1, 1024)
         _check_int("--gpus", self.procs_per_node, 0, 64)

@@ -43,6 +43,7 @@ class RunView:
     ranks: dict[int, RankInfo] = field(default_factory=dict)
     metrics: dict[int, dict[str, list[tuple[int, int, float]]]] = field(default_factory=dict)
     seen: set[tuple[str, int, int]] = field(default_factory=set)
+    result_b64: str | None = None
 
     def apply(self, event: Event) -> bool:
         """Fold one event in; False when it was already applied (duplicate)."""
@@ -66,6 +67,8 @@ class RunView:
                 self.ended = event.time
         elif kind is EventKind.FAILURE:
             self.failure = Failure.from_dict(data)
+        elif kind is EventKind.RESULT:
+            self.result_b64 = data.get("pickle_b64")
         elif kind is EventKind.NOTICE:
             message = str(data.get("message", ""))
             if message and message not in self.notices:

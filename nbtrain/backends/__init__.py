@@ -15,4 +15,10 @@ def get_backend(name: str, **options: Any) -> Any:
         from nbtrain.backends.local import LocalBackend
 
         return LocalBackend(**options)
-    raise SpecError(f"--backend: {name!r} is not available in this version; use --backend local.")
+    if name == "kubernetes":
+        try:
+            from nbtrain.backends.kubernetes import KubernetesBackend
+        except ImportError as error:
+            raise SpecError(f"--backend kubernetes is not available: {error}") from error
+        return KubernetesBackend(**options)
+    raise SpecError(f"--backend: unknown backend {name!r}; choose local or kubernetes.")

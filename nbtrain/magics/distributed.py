@@ -15,14 +15,31 @@ from nbtrain.spec import JobSpec
 __all__ = ["DistributedMagics", "spec_from_args"]
 
 
-def _parse_env(pairs: list[str] | None) -> dict[str, str]:
+def _parse_env(pairs: list[str] | None, flag: str = "--env") -> dict[str, str]:
     env: dict[str, str] = {}
     for pair in pairs or []:
         key, sep, value = pair.partition("=")
         if not sep or not key:
-            raise UsageError(f"--env {pair!r}: write it as NAME=VALUE, e.g. --env NCCL_DEBUG=INFO.")
+            raise UsageError(f"{flag} {pair!r}: write it as NAME=VALUE, e.g. {flag} NCCL_DEBUG=INFO.")
         env[key] = value
     return env
+
+
+def _parse_tolerations(items: list[str] | None) -> tuple[dict[str, str], ...]:
+    out = []
+    for item in items or []:
+        head, sep, effect = item.rpartition(":")
+        key, eq, value = head.partition("=")
+        if not sep or not key or effect not in ("NoSchedule", "PreferNoSchedule", "NoExecute"):
+            raise UsageError(
+                f"--toleration {item!r}: write it as KEY[=VALUE]:EFFECT with EFFECT one of NoSchedule, "
+                "PreferNoSchedule, NoExecute, e.g. nvidia.com/gpu:NoSchedule."
+            )
+        toleration = {"key": key, "effect": effect, "operator": "Equal" if eq else "Exists"}
+        if eq:
+            toleration["value"] = value
+        out.append(toleration)
+    return tuple(out)
 
 
 def spec_from_args(args: Any) -> JobSpec:
@@ -37,7 +54,7 @@ def spec_from_args(args: Any) -> JobSpec:
             mixed_precision=args.mixed_precision,
             backend=args.backend or os.environ.get("NBTRAIN_BACKEND", "local"),
             image=args.image,
-            env=_parse_env(args.env),
+            env=_parse_env(args.env, "--env"),
             timeout_s=args.timeout,
             collective_timeout_s=args.collective_timeout,
             max_capture_mb=args.max_capture_mb,
@@ -45,6 +62,15 @@ def spec_from_args(args: Any) -> JobSpec:
             experiment=args.experiment,
             checkpoint_dir=args.checkpoint_dir,
             max_restarts=args.max_restarts,
+            namespace=args.namespace,
+            queue=args.queue,
+            flavor=args.flavor,
+            service_account=args.service_account,
+            cpu=args.cpu,
+            memory=args.memory,
+            node_selector=_parse_env(args.node_selector, "--node-selector"),
+            tolerations=_parse_tolerations(args.toleration),
+            secret_env=_parse_env(args.secret_env, "--secret-env"),
         )
     except SpecError as error:
         raise UsageError(str(error)) from None
@@ -93,6 +119,16 @@ class DistributedMagics(Magics):
     @argument("--experiment", default=None, help="MLflow experiment (tracking).")
     @argument("--checkpoint-dir", default=None, help="Checkpoint root for nbtrain.save_checkpoint.")
     @argument("--max-restarts", type=int, default=0, help="Restart the gang from its last checkpoint up to K times.")
+    @argument("--namespace", default=None, help="Kubernetes namespace (default: the kubeconfig context's).")
+    @argument("--queue", default=None, help="Kueue LocalQueue: the job waits for all-or-nothing admission.")
+    @argument("--flavor", default="job", help="Kubernetes object: job (Indexed Job, default), pytorchjob or jobset.")
+    @argument("--service-account", default=None, help="Kubernetes service account of the pods.")
+    @argument("--cpu", default=None, help="CPU request per pod, e.g. 8 (kubernetes).")
+    @argument("--memory", default=None, help="Memory request per pod, e.g. 64Gi (kubernetes).")
+    @argument("--node-selector", action="append", metavar="KEY=VALUE", help="Node selector label (repeatable).")
+    @argument("--toleration", action="append", metavar="KEY[=VALUE]:EFFECT", help="Pod toleration (repeatable).")
+    @argument("--secret-env", action="append", metavar="NAME=SECRET/KEY",
+              help="Environment variable from a Kubernetes Secret, by reference (repeatable).")
     @cell_magic
     def distributed(self, line: str, cell: str) -> Any:
         """Run this cell as a distributed Accelerate gang and return a Run handle.

@@ -6,9 +6,10 @@ needs no nbtrain configuration and the same runtime serves local processes and K
 ========================  ===================================================================
 NBTRAIN_RUN_ID            the run id
 NBTRAIN_ATTEMPT           attempt number (0 for the first launch, +1 per restart/resume)
-NBTRAIN_EVENTS_DIR        directory for ``rank-<R>.jsonl`` event files
+NBTRAIN_EVENTS_DIR        directory for ``rank-<R>.jsonl`` event files, or
+NBTRAIN_EVENT_STREAM      ``stdout``: events as marked lines in the rank's output (no shared disk)
 NBTRAIN_LOGS_DIR          directory for ``rank-<R>.log`` (stdout+stderr of rank R); optional
-NBTRAIN_RESULT_PATH       where rank 0 writes its pickled result
+NBTRAIN_RESULT_PATH       where rank 0 writes its pickled result (unset: sent as a RESULT event)
 NBTRAIN_NODE_RANK         this node's index (the launcher's machine rank)
 NBTRAIN_COLLECTIVE_TIMEOUT  seconds before a hung collective fails (process-group timeout)
 NBTRAIN_HEARTBEAT_S       seconds between heartbeats (default 5)
@@ -24,11 +25,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nbtrain.events import EventKind, EventWriter
+from nbtrain.events import EventKind, EventWriter, StreamEventWriter
 
 ENV_RUN_ID = "NBTRAIN_RUN_ID"
 ENV_ATTEMPT = "NBTRAIN_ATTEMPT"
 ENV_EVENTS_DIR = "NBTRAIN_EVENTS_DIR"
+ENV_EVENT_STREAM = "NBTRAIN_EVENT_STREAM"
 ENV_LOGS_DIR = "NBTRAIN_LOGS_DIR"
 ENV_RESULT_PATH = "NBTRAIN_RESULT_PATH"
 ENV_NODE_RANK = "NBTRAIN_NODE_RANK"
@@ -46,7 +48,7 @@ class WorkerContext:
     local_rank: int
     world_size: int
     node_rank: int
-    events: EventWriter
+    events: EventWriter | StreamEventWriter
     result_path: Path | None
     last_step: int | None = None
     auto_step: int = 0
@@ -67,15 +69,16 @@ def current() -> WorkerContext | None:
     """This process's context, created from the environment on first use; None outside a run."""
     global _current
     with _lock:
-        if _current is None and os.environ.get(ENV_EVENTS_DIR) and os.environ.get(ENV_RUN_ID):
+        to_dir = os.environ.get(ENV_EVENTS_DIR)
+        to_stream = os.environ.get(ENV_EVENT_STREAM) == "stdout"
+        if _current is None and (to_dir or to_stream) and os.environ.get(ENV_RUN_ID):
             rank = int(os.environ.get("RANK", "0"))
             attempt = int(os.environ.get(ENV_ATTEMPT, "0"))
-            writer = EventWriter(
-                Path(os.environ[ENV_EVENTS_DIR]) / f"rank-{rank}.jsonl",
-                f"rank-{rank}",
-                attempt=attempt,
-                rank=rank,
-            )
+            writer: EventWriter | StreamEventWriter
+            if to_dir:
+                writer = EventWriter(Path(to_dir) / f"rank-{rank}.jsonl", f"rank-{rank}", attempt=attempt, rank=rank)
+            else:
+                writer = StreamEventWriter(f"rank-{rank}", attempt=attempt, rank=rank)
             result = os.environ.get(ENV_RESULT_PATH)
             _current = WorkerContext(
                 run_id=os.environ[ENV_RUN_ID],

@@ -157,8 +157,12 @@ def _report_error(ctx: context.WorkerContext, error: BaseException, manifest: di
     )
 
 
+MAX_RESULT_EVENT_BYTES = 4 * 1024 * 1024
+
+
 def _write_result(ctx: context.WorkerContext, value: Any) -> bool:
-    if ctx.rank != 0 or ctx.result_path is None:
+    """Rank 0 only: the pickled result to NBTRAIN_RESULT_PATH, or as a RESULT event when there is no path."""
+    if ctx.rank != 0:
         return False
     try:
         import cloudpickle
@@ -167,6 +171,15 @@ def _write_result(ctx: context.WorkerContext, value: Any) -> bool:
     except Exception as error:  # noqa: BLE001 - an unpicklable result is reported, not fatal
         ctx.emit(EventKind.NOTICE, message=f"rank 0's result ({type(value).__name__}) could not be pickled: {error}")
         payload = pickle.dumps(None)
+    if ctx.result_path is None:
+        if len(payload) > MAX_RESULT_EVENT_BYTES:
+            ctx.emit(EventKind.NOTICE, message=f"rank 0's result is {len(payload)} bytes pickled; results over "
+                     f"{MAX_RESULT_EVENT_BYTES} bytes are not sent back — save it to shared storage instead")
+            return False
+        import base64
+
+        ctx.emit(EventKind.RESULT, pickle_b64=base64.b64encode(payload).decode("ascii"))
+        return True
     tmp = ctx.result_path.with_suffix(".tmp")
     tmp.write_bytes(payload)
     os.replace(tmp, ctx.result_path)
@@ -202,7 +215,8 @@ def main(argv: list[str] | None = None) -> None:
         redirect_output(logs_dir, rank)
     ctx = context.current()
     if ctx is None:
-        sys.stderr.write(f"[nbtrain] rank {rank}: {context.ENV_EVENTS_DIR} and {context.ENV_RUN_ID} must be set by the backend\n")
+        sys.stderr.write(f"[nbtrain] rank {rank}: {context.ENV_RUN_ID} and {context.ENV_EVENTS_DIR} or "
+                         f"{context.ENV_EVENT_STREAM}=stdout must be set by the backend\n")
         _teardown(2)
         return
     ctx.emit(
