@@ -43,6 +43,8 @@ class Run:
         self._listeners: list[Callable[[Batch], None]] = []
         self._watcher: threading.Thread | None = None
         self._stop = threading.Event()
+        self._monitor: Any = None
+        self._display: Any = None
 
     # -- identity ---------------------------------------------------------------------------------
     @property
@@ -109,6 +111,7 @@ class Run:
             raise
         finally:
             line.close()
+        self._refresh_display()
         if state is RunState.FAILED and raise_on_failure:
             failure = self.failure
             detail = ""
@@ -218,6 +221,31 @@ class Run:
         self._stop.set()
 
     # -- display ----------------------------------------------------------------------------------
+    def monitor(self) -> Any:
+        """The live monitor widget of this run (created once; fed by the watcher thread)."""
+        with self._lock:
+            if self._monitor is None:
+                from nbtrain.widgets.monitor import MonitorWidget
+
+                self.sync()
+                self._monitor = MonitorWidget(self)
+                self._listeners.append(self._monitor.on_batch)
+        self.watch()
+        return self._monitor
+
+    def show(self) -> None:
+        """Display the monitor in the current cell (main thread only); ``wait`` refreshes it at the end."""
+        from IPython.display import display
+
+        self._display = display(self.monitor(), display_id=True)
+
+    def _refresh_display(self) -> None:
+        """Re-render the displayed monitor so its text/plain summary (kept by headless runs) is final."""
+        if self._display is not None and self._monitor is not None:
+            self._monitor.on_batch(Batch())  # flush what is pending before the re-render
+            self._display.update(self._monitor)
+
+
     def __repr__(self) -> str:
         return f"<Run {self.id} {self.spec.nodes}x{self.spec.procs} {self.record.backend}: {self.status().value}>"
 

@@ -42,14 +42,19 @@ class RunView:
     notices: list[str] = field(default_factory=list)
     ranks: dict[int, RankInfo] = field(default_factory=dict)
     metrics: dict[int, dict[str, list[tuple[int, int, float]]]] = field(default_factory=dict)
-    seen: set[tuple[str, int, int]] = field(default_factory=set)
+    last_seq: dict[tuple[str, int], int] = field(default_factory=dict)
     result_b64: str | None = None
 
     def apply(self, event: Event) -> bool:
-        """Fold one event in; False when it was already applied (duplicate)."""
-        if event.key in self.seen:
+        """Fold one event in; False when it was already applied (duplicate).
+
+        Each source writes its events in sequence order, so a (source, attempt) high-water mark is
+        enough to drop duplicates in constant memory, however long the run.
+        """
+        stream = (event.source, event.attempt)
+        if event.seq <= self.last_seq.get(stream, 0):
             return False
-        self.seen.add(event.key)
+        self.last_seq[stream] = event.seq
         kind, data = event.kind, event.data
         if event.attempt < self.attempt and kind is not EventKind.METRIC:
             return True  # an older attempt's state/ranks/failure no longer describe the run

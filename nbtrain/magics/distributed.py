@@ -105,6 +105,7 @@ class DistributedMagics(Magics):
     @argument("--out", default=None, help="Bind the Run handle to this variable name in the notebook.")
     @argument("--block", action="store_true", help="Wait for the run to end; raise if it fails.")
     @argument("--dry-run", action="store_true", help="Show what would ship and the launch plan; submit nothing.")
+    @argument("--no-monitor", action="store_true", help="Do not display the live monitor widget under the cell.")
     @argument("--backend", default=None, help="local (default) or kubernetes. Env default: NBTRAIN_BACKEND.")
     @argument("--device", default="auto", help="auto (GPU when present, else CPU), gpu or cpu.")
     @argument("--strategy", default="ddp", help="ddp (default), fsdp or deepspeed.")
@@ -186,6 +187,8 @@ class DistributedMagics(Magics):
             f"{run.id}: submitted {spec.nodes} node(s) x {spec.procs} process(es) on {spec.backend}."
             + ("" if args.block else f" The kernel is free: {handle_name}.wait(), .logs(rank=0), .metrics(), .cancel().")
         )
+        if not args.no_monitor:
+            run.show()
         if args.block:
             run.wait()
             return None

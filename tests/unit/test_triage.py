@@ -184,3 +184,12 @@ def test_a_failure_nobody_can_be_blamed_for() -> None:
     assert failure is not None
     assert failure.rank is None
     assert failure.summary() == "the gang failed: the launcher of node 1 exited with code 2"
+
+
+def test_ranks_terminated_by_the_agent_are_victims_not_the_cause() -> None:
+    victim = Candidate(rank=0, time=10.0, exit_code=-15)
+    cause = Candidate(rank=1, time=10.0, exit_code=-11)
+    chosen = choose_first_failure([victim, cause], node_of={0: 0, 1: 0}, last_lines={}, exit_codes={})
+    assert chosen is not None and chosen.rank == 1 and chosen.signal == "SIGSEGV"
+    alone = choose_first_failure([victim], node_of={0: 0}, last_lines={}, exit_codes={})
+    assert alone is not None and alone.rank == 0 and alone.signal == "SIGTERM"

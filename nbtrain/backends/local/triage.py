@@ -54,9 +54,16 @@ def signal_name(exit_code: int | None) -> str | None:
 
 
 def is_collateral(candidate: Candidate) -> bool:
-    """True when the error looks like a consequence of another rank dying (peer gone, store gone)."""
+    """True when the failure looks like a consequence of another rank dying.
+
+    Either an error about a peer or the store going away ("Connection closed by peer"), or a rank
+    ended by SIGTERM without an exception: torchelastic terminates the healthy ranks of a node with
+    SIGTERM when one of them fails, so those are the victims, not the cause.
+    """
     text = " ".join(filter(None, [candidate.exc_type, candidate.message]))
-    return bool(text) and bool(_COLLATERAL.search(text))
+    if text and _COLLATERAL.search(text):
+        return True
+    return candidate.exc_type is None and signal_name(candidate.exit_code) == "SIGTERM"
 
 
 def parse_elastic_failures(text: str) -> dict[int, int]:

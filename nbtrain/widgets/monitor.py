@@ -1,0 +1,147 @@
+"""The monitor widget: an anywidget whose ES module (static/monitor.js) renders PROTOCOL.md.
+
+One per run handle. It is a listener of the run's single watcher thread: the watcher calls
+:meth:`MonitorWidget.on_batch` ~10 times a second; the widget sends at most one custom message per
+0.2 s and re-syncs its small traits at most once a second (sooner on a state change). It never prints
+or displays from that thread; the final text summary is refreshed by ``Run.wait`` on the main thread.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import platform
+import threading
+import time
+from importlib import metadata
+from typing import TYPE_CHECKING, Any
+
+import anywidget
+import traitlets
+
+from nbtrain.backends.base import Batch, RunState
+from nbtrain.widgets.viewmodel import MonitorLimits, MonitorModel
+
+if TYPE_CHECKING:
+    from nbtrain.client import Run
+
+__all__ = ["MonitorWidget"]
+
+_STATIC = pathlib.Path(__file__).parent / "static"
+FLUSH_EVERY_S = 0.2
+TRAITS_EVERY_S = 1.0
+MAX_PAGE = 1000
+
+
+def kernel_versions() -> dict[str, str | None]:
+    """Python, torch and accelerate versions of this kernel, without importing torch."""
+
+    def version(dist: str) -> str | None:
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            return None
+
+    return {"python": platform.python_version(), "torch": version("torch"), "accelerate": version("accelerate")}
+
+
+class MonitorWidget(anywidget.AnyWidget):
+    """Live view of one run: header, rank grid, charts, logs, failure triage, environment check."""
+
+    _esm = _STATIC / "monitor.js"
+    _css = _STATIC / "monitor.css"
+
+    header = traitlets.Dict().tag(sync=True)
+    ranks = traitlets.Dict().tag(sync=True)
+    failure = traitlets.Dict().tag(sync=True)
+    env = traitlets.Dict().tag(sync=True)
+    metric_keys = traitlets.List(traitlets.Unicode()).tag(sync=True)
+    log_ranks = traitlets.List(traitlets.Int()).tag(sync=True)
+    line_counts = traitlets.Dict().tag(sync=True)
+
+    def __init__(self, run: Run, *, limits: MonitorLimits | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._run = run
+        self._model = MonitorModel(
+            run.id, run.spec.name, run.record.backend, run.spec.nodes, run.spec.procs, kernel_versions(),
+            limits or MonitorLimits(),
+        )
+        self._lock = threading.Lock()
+        self._last_flush = 0.0
+        self._last_traits = 0.0
+        self._last_state: RunState | None = None
+        self._stopping = False
+        self.messages_sent = 0  # custom messages + trait syncs, for benchmarks
+        for key, points in run.view.metrics.get(0, {}).items():  # what the handle saw before the widget existed
+            self._model.series[key] = [(float(step), value) for _, step, value in points]
+        self.on_msg(self._on_front_end_message)
+        self._sync_traits(RunState(run.record.state) if run.record.state else RunState.PENDING)
+
+    # -- watcher side -----------------------------------------------------------------------------
+    def on_batch(self, batch: Batch) -> None:
+        """Watcher-thread callback: accumulate, then flush if due (always on a terminal state)."""
+        with self._lock:
+            self._model.ingest(batch)
+            state = self._run.view.state
+            now = time.monotonic()
+            terminal = state.terminal
+            if not terminal and now - self._last_flush < FLUSH_EVERY_S:
+                return
+            self._last_flush = now
+            message = self._model.take_batch()
+            if message is not None:
+                self.send(message)
+                self.messages_sent += 1
+            if terminal or state != self._last_state or now - self._last_traits >= TRAITS_EVERY_S:
+                self._last_traits = now
+                self._sync_traits(state)
+
+    def _sync_traits(self, state: RunState) -> None:
+        view = self._run.view
+        model = self._model
+        with self.hold_sync():  # one comm message for all trait changes
+            self.header = model.header(view, state, can_resume=False, stopping=self._stopping)
+            self.ranks = model.ranks(view, state)
+            self.failure = model.failure(view, state)
+            self.env = model.env(view)
+            keys = list(model.series)
+            if keys != self.metric_keys:
+                self.metric_keys = keys
+            ranks = sorted(model.line_counts)
+            if ranks != self.log_ranks:
+                self.log_ranks = ranks
+            self.line_counts = {str(r): n for r, n in model.line_counts.items()}
+        self._last_state = state
+        self.messages_sent += 1
+
+    # -- front-end side (kernel main thread) -------------------------------------------------------
+    def _on_front_end_message(self, widget: Any, content: dict[str, Any], buffers: list[bytes]) -> None:
+        kind = content.get("type") if isinstance(content, dict) else None
+        if kind == "hello":
+            with self._lock:
+                self.send(self._model.snapshot())
+                self.messages_sent += 1
+        elif kind == "page":
+            self.send(self._page(int(content.get("rank", 0)), int(content.get("before", 0)),
+                                 int(content.get("limit", 500))))
+            self.messages_sent += 1
+        elif kind == "stop":
+            self._stopping = True
+            self._sync_traits(self._run.view.state)
+            # cancel takes seconds: off the comm handler so the kernel stays responsive
+            threading.Thread(target=self._run.cancel, name=f"nbtrain-cancel-{self._run.id}", daemon=True).start()
+
+    def _page(self, rank: int, before: int, limit: int) -> dict[str, Any]:
+        limit = max(1, min(MAX_PAGE, limit))
+        lines = self._run.backend.logs(self._run.handle, rank)
+        end = max(0, min(before, len(lines)))
+        start = max(0, end - limit)
+        return {"type": "page", "rank": rank, "start": start, "lines": lines[start:end], "eof": start == 0}
+
+    # -- display ----------------------------------------------------------------------------------
+    def _repr_mimebundle_(self, **kwargs: Any) -> Any:
+        # The text/plain part is what headless runs (nbclient, nbconvert, terminal IPython) keep.
+        bundle = super()._repr_mimebundle_(**kwargs)
+        data = bundle[0] if isinstance(bundle, tuple) else bundle
+        if isinstance(data, dict):
+            data["text/plain"] = self._run.summary()
+        return bundle

@@ -1,0 +1,216 @@
+"""What the monitor shows, computed from a run's events and log lines (pure: no widgets, no I/O).
+
+``MonitorModel.ingest(batch, view)`` accumulates; the ``header``/``ranks``/``failure``/``env``
+methods give the small synced state; ``take_batch()`` gives the bulk delta for one custom message
+(bounded in size); ``snapshot()`` answers a (re)connecting browser. See PROTOCOL.md.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from nbtrain.backends.base import Batch, RunState
+from nbtrain.view import RunView
+from nbtrain.widgets.decimate import decimate
+
+__all__ = ["MonitorLimits", "MonitorModel", "rank_states"]
+
+
+@dataclass(frozen=True)
+class MonitorLimits:
+    """Bounds that keep the browser and the kernel responsive whatever the run does."""
+
+    batch_lines: int = 400  # newest lines per custom message
+    snapshot_lines: int = 500  # per rank, on (re)connect
+    merged_lines: int = 1000
+    chart_points: int = 2000  # per metric key on screen
+    kept_points: int = 20_000  # per key kept for snapshots (then decimated in place)
+    stall_after_s: float = 20.0  # a running rank silent this long is "stalled"
+    straggler_min_gap: int = 3  # steps behind the median before a rank is a straggler
+    straggler_fraction: float = 0.1  # ... or this fraction of the median, whichever is larger
+
+
+def rank_states(view: RunView, nodes_count: int, procs: int, now: float, limits: MonitorLimits,
+                run_state: RunState) -> dict[str, Any]:
+    """The rank grid (PROTOCOL.md ``ranks``): per rank state, step, age and straggler flag, grouped by node.
+
+    States: starting (not heard from), running, done, failed, stalled (running but silent for
+    ``limits.stall_after_s``). A straggler is a running rank whose step is behind the median by more
+    than ``max(straggler_min_gap, straggler_fraction * median)``.
+    """
+    world_size = nodes_count * procs
+    steps = [info.last_step for info in view.ranks.values() if info.last_step is not None and not info.error]
+    median = int(statistics.median(steps)) if steps else None
+    counts = dict.fromkeys(("starting", "running", "done", "failed", "stalled", "straggler"), 0)
+    nodes: dict[int, list[list[Any]]] = {}
+    for rank in range(world_size):
+        info = view.ranks.get(rank)
+        age = round(now - info.last_seen, 1) if info and info.last_seen else None
+        if info is None or (info.pid is None and info.last_step is None and not info.done and not info.error):
+            state = "starting"
+        elif info.error:
+            state = "failed"
+        elif info.done:
+            state = "done"
+        elif not run_state.terminal and age is not None and age > limits.stall_after_s:
+            state = "stalled"
+        else:
+            state = "running"
+        step = info.last_step if info else None
+        gap = max(limits.straggler_min_gap, limits.straggler_fraction * (median or 0))
+        straggler = int(state == "running" and median is not None and step is not None and median - step > gap)
+        counts[state] += 1
+        counts["straggler"] += straggler
+        node = info.node if info and info.node is not None else rank // procs
+        nodes.setdefault(int(node), []).append([rank, state, step, age, straggler])
+    return {
+        "median_step": median,
+        "counts": counts,
+        "nodes": [{"node": n, "ranks": ranks} for n, ranks in sorted(nodes.items())],
+    }
+
+
+@dataclass
+class MonitorModel:
+    """Accumulates one run's batches into widget state. Not thread-safe: one caller (the watcher)."""
+
+    run_id: str
+    name: str
+    backend: str
+    nodes: int
+    procs: int
+    kernel_env: dict[str, str | None]
+    limits: MonitorLimits = field(default_factory=MonitorLimits)
+    line_counts: dict[int, int] = field(default_factory=dict)
+    recent: dict[int, deque[tuple[int, str]]] = field(default_factory=dict)
+    merged: deque[tuple[int, int, str]] = field(default_factory=lambda: deque(maxlen=1000))
+    pending_lines: deque[tuple[int, int, str]] = field(default_factory=lambda: deque(maxlen=400))
+    pending_total: dict[int, int] = field(default_factory=dict)
+    series: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+    pending_points: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+    seq: int = 0
+
+    def __post_init__(self) -> None:
+        self.merged = deque(maxlen=self.limits.merged_lines)
+        self.pending_lines = deque(maxlen=self.limits.batch_lines)
+
+    @property
+    def world_size(self) -> int:
+        """Ranks in the gang."""
+        return self.nodes * self.procs
+
+    # -- accumulate -------------------------------------------------------------------------------
+    def ingest(self, batch: Batch) -> None:
+        """Take the new lines and rank-0 metric points of ``batch``."""
+        for line in batch.lines:
+            if line.rank is None:
+                continue
+            index = self.line_counts.get(line.rank, 0)
+            self.line_counts[line.rank] = index + 1
+            ring = self.recent.get(line.rank)
+            if ring is None:
+                ring = self.recent[line.rank] = deque(maxlen=self.limits.snapshot_lines)
+            ring.append((index, line.text))
+            self.merged.append((line.rank, index, line.text))
+            self.pending_lines.append((line.rank, index, line.text))
+            self.pending_total[line.rank] = self.pending_total.get(line.rank, 0) + 1
+        for event in batch.events:
+            if event.kind.value != "metric" or event.rank != 0:
+                continue
+            step = float(event.data["step"])
+            for key, value in event.data.get("values", {}).items():
+                point = (step, float(value))
+                self.series.setdefault(key, []).append(point)
+                self.pending_points.setdefault(key, []).append(point)
+                if len(self.series[key]) > self.limits.kept_points:
+                    self.series[key] = decimate(self.series[key], self.limits.kept_points // 2)
+
+    # -- bulk -------------------------------------------------------------------------------------
+    def take_batch(self) -> dict[str, Any] | None:
+        """The custom ``batch`` message for everything pending, or None when nothing is new."""
+        if not self.pending_lines and not self.pending_points:
+            self.pending_total.clear()
+            return None
+        sent: dict[int, int] = {}
+        for rank, _, _ in self.pending_lines:
+            sent[rank] = sent.get(rank, 0) + 1
+        dropped = {str(r): n - sent.get(r, 0) for r, n in self.pending_total.items() if n > sent.get(r, 0)}
+        points = {k: decimate(v, self.limits.chart_points) for k, v in self.pending_points.items()}
+        self.seq += 1
+        message = {
+            "type": "batch",
+            "seq": self.seq,
+            "points": {k: [list(p) for p in v] for k, v in points.items()},
+            "lines": [list(x) for x in self.pending_lines],
+            "dropped": dropped,
+        }
+        self.pending_lines.clear()
+        self.pending_points.clear()
+        self.pending_total.clear()
+        return message
+
+    def snapshot(self) -> dict[str, Any]:
+        """The ``snapshot`` message: decimated series and the last lines of every rank and of the merged view."""
+        return {
+            "type": "snapshot",
+            "points": {k: [list(p) for p in decimate(v, self.limits.chart_points)] for k, v in self.series.items()},
+            "lines": {str(r): [list(x) for x in ring] for r, ring in self.recent.items()},
+            "merged": [list(x) for x in self.merged],
+        }
+
+    # -- small state ------------------------------------------------------------------------------
+    def header(self, view: RunView, state: RunState, *, now: float | None = None, tracking_url: str | None = None,
+               can_resume: bool = False, stopping: bool = False) -> dict[str, Any]:
+        """The ``header`` trait."""
+        steps = [i.last_step for i in view.ranks.values() if i.last_step is not None]
+        env0 = view.ranks[0].env if 0 in view.ranks else {}
+        device = str(env0.get("device") or "")
+        return {
+            "run_id": self.run_id, "name": self.name, "backend": self.backend,
+            "nodes": self.nodes, "procs": self.procs, "world_size": self.world_size,
+            "device": "gpu" if device.startswith("cuda") else ("cpu" if device else "unknown"),
+            "state": state.value, "started": view.started, "ended": view.ended,
+            "now": time.time() if now is None else now,
+            "step": max(steps) if steps else None, "total": view.total,
+            "attempt": view.attempt, "notices": list(view.notices),
+            "tracking_url": tracking_url, "can_resume": can_resume, "stopping": stopping and not state.terminal,
+        }
+
+    def ranks(self, view: RunView, state: RunState, *, now: float | None = None) -> dict[str, Any]:
+        """The ``ranks`` trait."""
+        return rank_states(view, self.nodes, self.procs, time.time() if now is None else now, self.limits, state)
+
+    @staticmethod
+    def failure(view: RunView, state: RunState) -> dict[str, Any]:
+        """The ``failure`` trait: {} unless the run failed."""
+        if state is not RunState.FAILED or view.failure is None:
+            return {}
+        f = view.failure
+        return {
+            "summary": f.summary(), "rank": f.rank, "node": f.node, "exit_code": f.exit_code, "signal": f.signal,
+            "reason": f.reason, "exc_type": f.exc_type, "message": f.message, "traceback": f.traceback,
+            "last_lines": list(f.last_lines),
+        }
+
+    def env(self, view: RunView) -> dict[str, Any]:
+        """The ``env`` trait: each rank's versions next to the kernel's, mismatches flagged."""
+        rows = []
+        for rank in sorted(view.ranks):
+            env = view.ranks[rank].env
+            if not env:
+                continue
+            mismatch = [k for k in ("python", "torch", "accelerate")
+                        if self.kernel_env.get(k) and env.get(k) and _base(env[k]) != _base(self.kernel_env[k])]
+            rows.append({"rank": rank, "host": env.get("host"), "python": env.get("python"), "torch": env.get("torch"),
+                         "accelerate": env.get("accelerate"), "device": env.get("device"),
+                         "gpu_name": env.get("gpu_name"), "mismatch": mismatch})
+        return {"kernel": dict(self.kernel_env), "ranks": rows, "mismatches": sum(1 for r in rows if r["mismatch"])}
+
+
+def _base(version: Any) -> str:
+    """Compare versions without local build tags: '2.13.0+cpu' == '2.13.0'."""
+    return str(version).split("+", 1)[0]

@@ -1,0 +1,161 @@
+"""The monitor's pure view-model: events and lines in, widget state and bounded messages out."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from nbtrain.backends.base import Batch, Failure, LogLine, RunState
+from nbtrain.events import Event, EventKind
+from nbtrain.view import RunView
+from nbtrain.widgets.decimate import decimate
+from nbtrain.widgets.viewmodel import MonitorLimits, MonitorModel
+
+KERNEL = {"python": "3.11.7", "torch": "2.13.0", "accelerate": "1.15.0"}
+
+
+class Feed:
+    """Builds events the way workers and the supervisor write them."""
+
+    def __init__(self) -> None:
+        self.seq: dict[str, int] = {}
+        self.t = 1000.0
+
+    def event(self, kind: EventKind, rank: int | None = None, **data: object) -> Event:
+        source = "supervisor" if rank is None else f"rank-{rank}"
+        self.seq[source] = self.seq.get(source, 0) + 1
+        self.t += 0.01
+        return Event(kind, source, self.seq[source], self.t, 0, rank, dict(data))
+
+
+def _model(nodes: int = 2, procs: int = 2, **limits: object) -> MonitorModel:
+    return MonitorModel("r-1", "r", "local", nodes, procs, dict(KERNEL), MonitorLimits(**limits))  # type: ignore[arg-type]
+
+
+def _apply(view: RunView, model: MonitorModel, events: list[Event], lines: list[LogLine] = ()) -> None:  # type: ignore[assignment]
+    for e in events:
+        view.apply(e)
+    model.ingest(Batch(tuple(events), tuple(lines)))
+
+
+def test_header_progress_and_device() -> None:
+    feed, view, model = Feed(), RunView(), _model()
+    events = [feed.event(EventKind.STATE, state="starting")]
+    for rank in range(4):
+        events.append(feed.event(EventKind.RANK_START, rank, node=rank // 2, pid=100 + rank))
+        events.append(feed.event(EventKind.ENV, rank, python="3.11.7", torch="2.13.0+cpu", accelerate="1.15.0",
+                                 device="cpu", host="h"))
+        events.append(feed.event(EventKind.METRIC, rank, step=7, values={"loss": 0.5}, total=100))
+    events.append(feed.event(EventKind.STATE, state="running"))
+    _apply(view, model, events)
+    header = model.header(view, RunState.RUNNING, now=2000.0)
+    assert header["state"] == "running" and header["step"] == 7 and header["total"] == 100
+    assert header["world_size"] == 4 and header["device"] == "cpu" and header["now"] == 2000.0
+    env = model.env(view)
+    assert env["mismatches"] == 0  # '+cpu' local tags are not a mismatch
+
+
+def test_stragglers_and_stalled_ranks_stand_out() -> None:
+    feed, view, model = Feed(), RunView(), _model(nodes=2, procs=4)
+    events = []
+    steps = [100, 100, 101, 99, 100, 60, 100, 100]
+    for rank, step in enumerate(steps):
+        events.append(feed.event(EventKind.RANK_START, rank, node=rank // 4, pid=rank + 1))
+        events.append(feed.event(EventKind.METRIC, rank, step=step, values={"loss": 1.0}))
+    _apply(view, model, events)
+    view.ranks[3].last_seen = feed.t - 60  # silent for a minute
+    grid = model.ranks(view, RunState.RUNNING, now=feed.t + 1)
+    assert grid["median_step"] == 100
+    cells = {c[0]: c for node in grid["nodes"] for c in node["ranks"]}
+    assert cells[5][4] == 1 and cells[5][1] == "running"  # 40 steps behind: straggler
+    assert cells[3][1] == "stalled"
+    assert sum(c[4] for c in cells.values()) == 1
+    assert [n["node"] for n in grid["nodes"]] == [0, 1] and len(grid["nodes"][1]["ranks"]) == 4
+    assert grid["counts"]["stalled"] == 1 and grid["counts"]["straggler"] == 1
+    # once the run is over nobody is "stalled"
+    assert model.ranks(view, RunState.SUCCEEDED, now=feed.t + 1)["counts"]["stalled"] == 0
+
+
+def test_rank_grid_scales_to_512_ranks() -> None:
+    feed, view, model = Feed(), RunView(), _model(nodes=64, procs=8)
+    _apply(view, model, [feed.event(EventKind.METRIC, r, step=5, values={"x": 1}) for r in range(512)])
+    grid = model.ranks(view, RunState.RUNNING, now=feed.t)
+    assert len(grid["nodes"]) == 64 and sum(len(n["ranks"]) for n in grid["nodes"]) == 512
+    assert len(json.dumps(grid)) < 20_000  # stays small enough to sync once a second
+
+
+def test_failure_is_pinned_only_when_failed() -> None:
+    feed, view, model = Feed(), RunView(), _model()
+    failure = Failure(reason="the training code raised", rank=3, node=1, exit_code=1, exc_type="ValueError",
+                      message="boom", traceback="Traceback ...\nValueError: boom", last_lines=("a", "b"))
+    _apply(view, model, [feed.event(EventKind.RANK_ERROR, 3, exc_type="ValueError", message="boom"),
+                         Event(EventKind.FAILURE, "supervisor", 90, feed.t, 0, None, failure.to_dict()),
+                         feed.event(EventKind.STATE, state="failed")])
+    assert model.failure(view, RunState.RUNNING) == {}
+    pinned = model.failure(view, RunState.FAILED)
+    assert pinned["rank"] == 3 and pinned["summary"].startswith("rank 3 (node 1) failed: ValueError: boom")
+    assert pinned["traceback"].endswith("ValueError: boom") and pinned["last_lines"] == ["a", "b"]
+    grid = model.ranks(view, RunState.FAILED, now=feed.t)
+    assert {c[0]: c[1] for n in grid["nodes"] for c in n["ranks"]}[3] == "failed"
+
+
+def test_batches_are_bounded_and_count_dropped_lines() -> None:
+    view, model = RunView(), _model(batch_lines=100)
+    lines = [LogLine(r, f"line {i}") for i in range(1000) for r in (0, 1)]
+    _apply(view, model, [], lines)
+    message = model.take_batch()
+    assert message is not None and message["type"] == "batch" and message["seq"] == 1
+    assert len(message["lines"]) == 100
+    assert message["lines"][-1] == [1, 999, "line 999"]  # the newest, with its index in the rank's log
+    assert int(message["dropped"]["0"]) + int(message["dropped"]["1"]) == 2000 - 100
+    assert len(json.dumps(message)) < 500_000
+    assert model.take_batch() is None  # nothing new: no message
+    assert model.line_counts == {0: 1000, 1: 1000}
+
+
+def test_points_are_sent_once_and_snapshot_is_decimated() -> None:
+    feed, view, model = Feed(), RunView(), _model(chart_points=2000)
+    _apply(view, model, [feed.event(EventKind.METRIC, 0, step=s, values={"loss": 1 / (s + 1)}) for s in range(10_000)]
+           + [feed.event(EventKind.METRIC, 1, step=0, values={"loss": 9.0})])
+    first = model.take_batch()
+    assert first is not None and len(first["points"]["loss"]) <= 2000
+    assert first["points"]["loss"][0] == [0.0, 1.0] and first["points"]["loss"][-1][0] == 9999.0
+    _apply(view, model, [feed.event(EventKind.METRIC, 0, step=10_000, values={"loss": 0.0})])
+    second = model.take_batch()
+    assert second is not None and second["points"] == {"loss": [[10000.0, 0.0]]}
+    snap = model.snapshot()
+    assert snap["type"] == "snapshot" and len(snap["points"]["loss"]) <= 2000
+    assert snap["points"]["loss"][-1] == [10000.0, 0.0]
+
+
+def test_snapshot_keeps_recent_lines_per_rank_and_merged() -> None:
+    view, model = RunView(), _model(snapshot_lines=50, merged_lines=80)
+    _apply(view, model, [], [LogLine(r, f"r{r} {i}") for i in range(100) for r in (0, 1)])
+    snap = model.snapshot()
+    assert [i for i, _ in snap["lines"]["0"]] == list(range(50, 100))
+    assert len(snap["merged"]) == 80 and snap["merged"][-1] == [1, 99, "r1 99"]
+
+
+def test_env_mismatch_is_flagged() -> None:
+    feed, view, model = Feed(), RunView(), _model()
+    _apply(view, model, [feed.event(EventKind.ENV, 0, python="3.11.7", torch="2.12.0", accelerate="1.15.0",
+                                    device="cuda:0", host="node-a", gpu_name="H100")])
+    env = model.env(view)
+    assert env["mismatches"] == 1 and env["ranks"][0]["mismatch"] == ["torch"]
+    assert model.header(view, RunState.RUNNING)["device"] == "gpu"
+
+
+@pytest.mark.parametrize("count", [0, 3, 10, 5000])
+def test_decimate_bounds_and_keeps_ends_and_spikes(count: int) -> None:
+    points = [(float(i), float(i % 7)) for i in range(count)]
+    if count > 100:
+        points[2500] = (2500.0, 1e6)
+    out = decimate(points, 200)
+    assert len(out) <= max(200, count if count <= 200 else 0) or count <= 200
+    assert len(out) <= 200 or count <= 200
+    if count:
+        assert out[0] == points[0] and out[-1] == points[-1]
+        assert [p[0] for p in out] == sorted(p[0] for p in out)
+    if count > 100:
+        assert (2500.0, 1e6) in out
