@@ -59,7 +59,7 @@ class MonitorWidget(anywidget.AnyWidget):
     line_counts = traitlets.Dict().tag(sync=True)
 
     def __init__(self, run: Run, *, limits: MonitorLimits | None = None, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+        # Everything is computed before the widget's comm opens, so the first message carries it.
         self._run = run
         self._model = MonitorModel(
             run.id, run.spec.name, run.record.backend, run.spec.nodes, run.spec.procs, kernel_versions(),
@@ -68,13 +68,13 @@ class MonitorWidget(anywidget.AnyWidget):
         self._lock = threading.Lock()
         self._last_flush = 0.0
         self._last_traits = 0.0
-        self._last_state: RunState | None = None
         self._stopping = False
         self.messages_sent = 0  # custom messages + trait syncs, for benchmarks
         for key, points in run.view.metrics.get(0, {}).items():  # what the handle saw before the widget existed
             self._model.series[key] = [(float(step), value) for _, step, value in points]
+        super().__init__(**self._state_traits(run.view.state), **kwargs)
+        self._last_state = run.view.state
         self.on_msg(self._on_front_end_message)
-        self._sync_traits(RunState(run.record.state) if run.record.state else RunState.PENDING)
 
     # -- watcher side -----------------------------------------------------------------------------
     def on_batch(self, batch: Batch) -> None:
@@ -95,21 +95,24 @@ class MonitorWidget(anywidget.AnyWidget):
                 self._last_traits = now
                 self._sync_traits(state)
 
+    def _state_traits(self, state: RunState) -> dict[str, Any]:
+        view, model = self._run.view, self._model
+        return {
+            "header": model.header(view, state, can_resume=False, stopping=self._stopping),
+            "ranks": model.ranks(view, state),
+            "failure": model.failure(view, state),
+            "env": model.env(view),
+            "metric_keys": list(model.series),
+            "log_ranks": sorted(model.line_counts),
+            "line_counts": {str(r): n for r, n in model.line_counts.items()},
+        }
+
     def _sync_traits(self, state: RunState) -> None:
-        view = self._run.view
-        model = self._model
+        values = self._state_traits(state)
         with self.hold_sync():  # one comm message for all trait changes
-            self.header = model.header(view, state, can_resume=False, stopping=self._stopping)
-            self.ranks = model.ranks(view, state)
-            self.failure = model.failure(view, state)
-            self.env = model.env(view)
-            keys = list(model.series)
-            if keys != self.metric_keys:
-                self.metric_keys = keys
-            ranks = sorted(model.line_counts)
-            if ranks != self.log_ranks:
-                self.log_ranks = ranks
-            self.line_counts = {str(r): n for r, n in model.line_counts.items()}
+            for name, value in values.items():
+                if getattr(self, name) != value:
+                    setattr(self, name, value)
         self._last_state = state
         self.messages_sent += 1
 

@@ -23,6 +23,12 @@ def test_quickstart_runs_headless(home: Path, tmp_path: Path) -> None:
     accuracy = float(re.search(r"final test accuracy: ([0-9.]+)", text).group(1))  # type: ignore[union-attr]
     assert accuracy > 0.85, text
     assert "world size 4" in text
+    # the monitor under the %%distributed cell keeps a readable final summary for headless runs
+    (distributed_cell,) = [c for c in notebook.cells if c.source.startswith("%%distributed")]
+    (shown,) = [o for o in distributed_cell.outputs if o.get("output_type") == "display_data"]
+    assert "application/vnd.jupyter.widget-view+json" in shown["data"]
+    summary = shown["data"]["text/plain"]
+    assert "succeeded" in summary and "world size 4" in summary and "test_accuracy=" in summary
     from nbtrain.store import Store
 
     (record,) = Store(home).records()
