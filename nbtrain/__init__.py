@@ -26,7 +26,9 @@ __all__ = [
     "distributed",
     "load_ipython_extension",
     "log",
+    "restore",
     "runs",
+    "save_checkpoint",
     "unload_ipython_extension",
 ]
 
@@ -38,6 +40,8 @@ _LAZY = {
     "runs": ("nbtrain.client", "runs"),
     "distributed": ("nbtrain.decorator", "distributed"),
     "log": ("nbtrain.runtime.metrics", "log"),
+    "restore": ("nbtrain.runtime.checkpoint", "restore"),
+    "save_checkpoint": ("nbtrain.runtime.checkpoint", "save_checkpoint"),
 }
 
 

@@ -156,6 +156,47 @@ class Run:
                 out[name] = [(step, value) for step, (_, value) in sorted(latest.items())]
             return out
 
+    def checkpoints(self) -> list[dict[str, Any]]:
+        """Complete checkpoints written so far: ``[{"step", "path", "time", "attempt", "bytes"}, ...]`` by step."""
+        self.sync()
+        with self._lock:
+            return [dict(c) for c in self.view.checkpoints]
+
+    def attempts(self) -> list[dict[str, Any]]:
+        """Every launch of this run (first submit, automatic restarts, resumes) with its state and failure."""
+        self.sync()
+        with self._lock:
+            return [dict(self.view.attempts[a]) for a in sorted(self.view.attempts)]
+
+    def resume(self) -> Run:
+        """Launch the run again as a new attempt, from its latest complete checkpoint (same spec and bundle).
+
+        The training code restores with ``start = nbtrain.restore(accelerator)``. Raises NbtrainError
+        while the run is still going. Returns this handle (now following the new attempt).
+        """
+        return self._relaunch(self.record.bundle_digest, kind="resume")
+
+    def _relaunch(self, bundle_digest: str, *, kind: str) -> Run:
+        state = self.status()
+        if not state.terminal:
+            raise NbtrainError(f"run {self.id} is still {state.value}; wait for it or cancel it before resuming.")
+        bundle_dir = self.store.bundles / bundle_digest
+        if not bundle_dir.is_dir():
+            raise NbtrainError(f"the bundle {bundle_digest[:12]} of run {self.id} is gone from {self.store.bundles}; "
+                               "re-run the cell with --resume instead.")
+        attempt = max([self.view.attempt, *self.view.attempts, -1]) + 1
+        plan = self.backend.plan(self.spec, str(bundle_dir), bundle_digest, self.id, attempt=attempt)
+        self.record.attempts.append({"attempt": attempt, "submitted": time.time(), "kind": kind,
+                                     "bundle_digest": bundle_digest})
+        self.record.bundle_digest = bundle_digest
+        self.record.state = RunState.PENDING.value
+        self.record.failure = None
+        self.record.ended = None
+        self.store.save(self.record)
+        self.backend.submit(plan)
+        self.watch()
+        return self
+
     def events(self) -> Iterator[Event]:
         """Every event of the run so far (fresh read from the backend)."""
         return self.backend.events(self.handle, follow=False)
@@ -266,6 +307,13 @@ class Run:
             lines.append("  last metrics (rank 0): " + ", ".join(f"{k}={v:.6g}" for k, v in last.items()))
         for notice in view.notices:
             lines.append(f"  note: {notice}")
+        if len(view.attempts) > 1:
+            for entry in (view.attempts[a] for a in sorted(view.attempts)):
+                why = Failure.from_dict(entry["failure"]).summary() if entry.get("failure") else ""
+                lines.append(f"  attempt {entry['attempt']}: {entry['state']}" + (f" — {why}" if why else ""))
+        if view.checkpoints:
+            last = view.checkpoints[-1]
+            lines.append(f"  checkpoints: {len(view.checkpoints)}, latest at step {last['step']} ({last['path']})")
         failure = self.failure if state is RunState.FAILED else None
         if failure is not None:
             lines.append(f"  FAILED: {failure.summary()}")

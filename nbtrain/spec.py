@@ -86,6 +86,7 @@ class JobSpec:
     checkpoint_dir: str | None = None
     resume_from: str | None = None
     max_restarts: int = 0
+    keep_checkpoints: int = 3
     timeout_s: float | None = None
     collective_timeout_s: float = 600.0
     tracking: bool = True
@@ -123,6 +124,7 @@ class JobSpec:
         _check_int("--nodes", self.nodes, 1, 1024)
         _check_int("--gpus", self.procs_per_node, 0, 64)
         _check_int("--max-restarts", self.max_restarts, 0, 100)
+        _check_int("--keep-checkpoints", self.keep_checkpoints, 1, 1000)
         if not self.name or not self.name.strip():
             raise SpecError("--name: the run name is empty; give a short name such as 'digits'.")
         if len(self.name) > 100:

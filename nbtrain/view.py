@@ -44,6 +44,8 @@ class RunView:
     metrics: dict[int, dict[str, list[tuple[int, int, float]]]] = field(default_factory=dict)
     last_seq: dict[tuple[str, int], int] = field(default_factory=dict)
     result_b64: str | None = None
+    attempts: dict[int, dict[str, Any]] = field(default_factory=dict)
+    checkpoints: list[dict[str, Any]] = field(default_factory=list)
 
     def apply(self, event: Event) -> bool:
         """Fold one event in; False when it was already applied (duplicate).
@@ -56,6 +58,7 @@ class RunView:
             return False
         self.last_seq[stream] = event.seq
         kind, data = event.kind, event.data
+        self._record_history(event)
         if event.attempt < self.attempt and kind is not EventKind.METRIC:
             return True  # an older attempt's state/ranks/failure no longer describe the run
         if event.attempt > self.attempt:
@@ -64,6 +67,8 @@ class RunView:
             self.failure = None
         if kind is EventKind.STATE:
             state = RunState(data["state"])
+            if data.get("retrying"):  # this attempt failed, the next one is being started
+                state = RunState.STARTING
             if not self.state.terminal or event.attempt >= self.attempt:
                 self.state = state
             if state is RunState.STARTING and self.started is None:
@@ -101,6 +106,24 @@ class RunView:
             elif kind is EventKind.RANK_ERROR:
                 info.error = f"{data.get('exc_type')}: {data.get('message')}"
         return True
+
+    def _record_history(self, event: Event) -> None:
+        """Per-attempt verdicts and the checkpoint list, kept for every attempt (not only the latest)."""
+        if event.kind is EventKind.CHECKPOINT and event.rank in (0, None):
+            entry = {"step": int(event.data["step"]), "path": event.data.get("path"), "time": event.time,
+                     "attempt": event.attempt, "bytes": event.data.get("bytes")}
+            self.checkpoints = [c for c in self.checkpoints if c["step"] != entry["step"]] + [entry]
+            self.checkpoints.sort(key=lambda c: c["step"])
+        elif event.kind is EventKind.STATE:
+            history = self.attempts.setdefault(event.attempt, {"attempt": event.attempt, "state": "starting",
+                                                                "started": event.time, "failure": None})
+            history["state"] = event.data["state"]
+            if RunState(event.data["state"]).terminal:
+                history["ended"] = event.time
+        elif event.kind is EventKind.FAILURE:
+            history = self.attempts.setdefault(event.attempt, {"attempt": event.attempt, "state": "failed",
+                                                                "started": None, "failure": None})
+            history["failure"] = dict(event.data)
 
     def last_metrics(self, rank: int = 0) -> dict[str, float]:
         """The latest value of every metric of ``rank``."""

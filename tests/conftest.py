@@ -4,21 +4,24 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 
-def _marked_pids(marker: str) -> list[int]:
-    """PIDs whose environment contains ``marker=`` (independent of nbtrain's own process finder)."""
+def _marked_pids(marker: str, values: set[str] | None = None) -> list[int]:
+    """PIDs whose environment has ``marker=`` (with one of ``values`` when given); independent of nbtrain's code."""
     needle = f"\0{marker}=".encode()
+    wanted = None if values is None else {f"\0{marker}={v}\0".encode() for v in values}
     pids = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
         try:
-            if needle in b"\0" + (entry / "environ").read_bytes():
+            environ = b"\0" + (entry / "environ").read_bytes() + b"\0"
+            if needle in environ and (wanted is None or any(w in environ for w in wanted)):
                 state = (entry / "stat").read_text().rsplit(")", 1)[-1].split()[0]
                 if state not in ("Z", "X"):
                     pids.append(int(entry.name))
@@ -27,9 +30,15 @@ def _marked_pids(marker: str) -> list[int]:
     return pids
 
 
-def gang_survivors() -> list[int]:
-    """Every live process that belongs to some nbtrain gang or supervisor."""
-    return sorted(set(_marked_pids("NBTRAIN_RUN_ID")) | set(_marked_pids("NBTRAIN_SUPERVISOR_OF")))
+def gang_survivors(run_ids: set[str] | None = None) -> list[int]:
+    """Live processes of the gangs/supervisors of ``run_ids`` (default: the runs of the current NBTRAIN_HOME)."""
+    if run_ids is None:
+        home = os.environ.get("NBTRAIN_HOME")
+        runs = Path(home) / "runs" if home else None
+        run_ids = {p.name for p in runs.iterdir()} if runs is not None and runs.is_dir() else set()
+    if not run_ids:
+        return []
+    return sorted(set(_marked_pids("NBTRAIN_RUN_ID", run_ids)) | set(_marked_pids("NBTRAIN_SUPERVISOR_OF", run_ids)))
 
 
 @pytest.fixture
@@ -38,7 +47,12 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     root = tmp_path / "nbtrain-home"
     monkeypatch.setenv("NBTRAIN_HOME", str(root))
     yield root
-    leftovers = gang_survivors()
+    run_ids = {p.name for p in (root / "runs").iterdir()} if (root / "runs").is_dir() else set()
+    deadline = time.monotonic() + 5  # a supervisor that just wrote its verdict is allowed to finish exiting
+    leftovers = gang_survivors(run_ids)
+    while leftovers and time.monotonic() < deadline:
+        time.sleep(0.1)
+        leftovers = gang_survivors(run_ids)
     for pid in leftovers:
         try:
             os.kill(pid, signal.SIGKILL)

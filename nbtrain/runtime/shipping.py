@@ -19,6 +19,7 @@ RUNTIME_MODULES = (
     "nbtrain/bundle/__init__.py",
     "nbtrain/bundle/reader.py",
     "nbtrain/runtime/__init__.py",
+    "nbtrain/runtime/checkpoint.py",
     "nbtrain/runtime/context.py",
     "nbtrain/runtime/hooks.py",
     "nbtrain/runtime/metrics.py",

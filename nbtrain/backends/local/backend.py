@@ -63,11 +63,20 @@ class LocalBackend:
         return self._gpus
 
     # -- plan (pure) ------------------------------------------------------------------------------
-    def plan(self, spec: JobSpec, bundle_dir: str, bundle_digest: str, run_id: str, *, attempt: int = 0) -> Plan:
+    def checkpoint_root(self, spec: JobSpec, run_id: str) -> Path:
+        """Where this run's checkpoints live: ``--checkpoint-dir``/<run id>, else inside the run's directory."""
+        if spec.checkpoint_dir:
+            return Path(spec.checkpoint_dir).expanduser().resolve() / run_id
+        return self.store.run_dir(run_id) / "checkpoints"
+
+    def plan(self, spec: JobSpec, bundle_dir: str, bundle_digest: str, run_id: str, *, attempt: int = 0,
+             restart_budget: int | None = None) -> Plan:
         """Resolve the device, map GPUs to nodes and build one launcher command per node. Writes nothing.
 
-        Raises EnvironmentProblem when accelerate is missing, GPUs are asked for but absent or too
-        few, or no port is free.
+        ``attempt`` > 0 plans a restart or resume of an existing run (same checkpoint root);
+        ``restart_budget`` is the last attempt number automatic restarts may reach (default:
+        ``attempt + spec.max_restarts``). Raises EnvironmentProblem when accelerate is missing, GPUs are
+        asked for but absent or too few, or no port is free.
         """
         if not _accelerate_available(self.python):
             raise EnvironmentProblem(
@@ -114,6 +123,8 @@ class LocalBackend:
                 rt.ENV_RESULT_PATH: str(attempt_dir / "result.pkl"),
                 rt.ENV_NODE_RANK: str(node),
                 rt.ENV_COLLECTIVE_TIMEOUT: str(spec.collective_timeout_s),
+                "NBTRAIN_CHECKPOINT_DIR": str(self.checkpoint_root(spec, run_id)),
+                "NBTRAIN_KEEP_CHECKPOINTS": str(spec.keep_checkpoints),
                 "PYTHONUNBUFFERED": "1",
             }
             env.setdefault("OMP_NUM_THREADS", str(threads))
@@ -140,6 +151,10 @@ class LocalBackend:
             "tmp_dir": str(attempt_dir / "tmp"),
             "attempt_dir": str(attempt_dir),
             "timeout_s": spec.timeout_s,
+            "restart_budget": attempt + spec.max_restarts if restart_budget is None else restart_budget,
+            "store_root": str(self.store.root),
+            "bundle_dir": bundle_dir,
+            "bundle_digest": bundle_digest,
             "notices": notices,
             "describe": describe,
         }
@@ -188,6 +203,9 @@ class LocalBackend:
             return RunStatus(RunState.STARTING, attempt=attempt)
         state = RunState(data["state"])
         failure = Failure.from_dict(data["failure"]) if data.get("failure") else None
+        if data.get("retrying"):
+            return RunStatus(RunState.STARTING, attempt, data.get("started"), None, failure,
+                             detail=f"restarting after: {failure.summary() if failure else 'a failure'}")
         if not state.terminal:
             pid = int(data.get("supervisor_pid") or 0)
             gone, _ = _pid_gone(pid) if pid else (True, None)

@@ -86,6 +86,12 @@ class Supervisor:
         self.state = RunState.STARTING
 
     # -- status -----------------------------------------------------------------------------------
+    @property
+    def will_retry(self) -> bool:
+        """A FAILED verdict of this attempt is followed by an automatic restart (``--max-restarts``)."""
+        return (self.state is RunState.FAILED and not self.cancel_requested
+                and int(self.plan["attempt"]) < int(self.plan.get("restart_budget", 0)))
+
     def _write_status(self, failure: Failure | None = None, ended: float | None = None) -> None:
         write_json_atomic(
             self.dir / "status.json",
@@ -95,6 +101,7 @@ class Supervisor:
                 "started": self.started,
                 "ended": ended,
                 "failure": failure.to_dict() if failure else None,
+                "retrying": self.will_retry,
                 "supervisor_pid": os.getpid(),
                 "launchers": [
                     {"node": i, "pid": p.pid, "exit_code": p.poll()} for i, p in enumerate(self.launchers)
@@ -216,7 +223,10 @@ class Supervisor:
         ended = time.time()
         if failure is not None:
             self.out.emit(EventKind.FAILURE, **failure.to_dict())
-        self.out.emit(EventKind.STATE, state=state.value, reason=reason)
+        if self.will_retry:
+            reason = f"{reason}; restarting from the last checkpoint (attempt {int(self.plan['attempt']) + 1} of " \
+                     f"{int(self.plan['restart_budget'])})"
+        self.out.emit(EventKind.STATE, state=state.value, reason=reason, retrying=self.will_retry)
         self._write_status(failure=failure, ended=ended)
 
     def run(self) -> RunState:
@@ -286,12 +296,43 @@ class Supervisor:
         self.cancel_requested = True
 
 
+RESTART_DELAY_S = 1.0
+
+
+def next_attempt(plan: dict[str, Any]) -> Path:
+    """Plan and write the next attempt of the same run (same spec, bundle and checkpoint root)."""
+    from nbtrain.backends.local.backend import LocalBackend
+    from nbtrain.store import Store
+
+    store = Store(plan["store_root"])
+    record = store.load(plan["run_id"])
+    attempt = int(plan["attempt"]) + 1
+    new = LocalBackend(store).plan(record.spec, plan["bundle_dir"], plan["bundle_digest"], plan["run_id"],
+                                   attempt=attempt, restart_budget=int(plan["restart_budget"]))
+    directory = Path(new.request["attempt_dir"])
+    directory.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(directory / "plan.json", dict(new.request))
+    return directory
+
+
 def main() -> None:
-    """Process entry point."""
+    """Process entry point: supervise attempts until a verdict that is not followed by a restart."""
     if len(sys.argv) != 2:
         sys.stderr.write("usage: python -m nbtrain.backends.local.supervisor ATTEMPT_DIR\n")
         sys.exit(2)
-    state = Supervisor(Path(sys.argv[1])).run()
+    attempt_dir = Path(sys.argv[1])
+    while True:
+        supervisor = Supervisor(attempt_dir)
+        state = supervisor.run()
+        if not supervisor.will_retry:
+            break
+        time.sleep(RESTART_DELAY_S)
+        if supervisor.cancel_requested or (attempt_dir / "cancel.request").exists():
+            supervisor.cancel_requested = True  # a cancel during the pause: no restart
+            supervisor._finish(RunState.CANCELLED, "cancelled by the user while restarting")
+            state = RunState.CANCELLED
+            break
+        attempt_dir = next_attempt(supervisor.plan)
     sys.exit(0 if state is RunState.SUCCEEDED else 1)
 
 

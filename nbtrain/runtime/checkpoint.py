@@ -1,0 +1,226 @@
+"""Safe checkpoints for a gang: ``nbtrain.save_checkpoint(accelerator, step)`` / ``nbtrain.restore(accelerator)``.
+
+Layout under the checkpoint root (``NBTRAIN_CHECKPOINT_DIR``, one per run)::
+
+    step-000000120/            a complete checkpoint: Accelerate's save_state files + manifest.json
+    step-000000130/
+    latest                     "step-000000130": the last COMMITTED checkpoint (written last)
+    .staging-000000140-a0/     a save in progress (never loaded)
+
+A save is atomic for readers: every rank writes into a staging directory (Accelerate's
+``save_state``), then after a barrier rank 0 writes ``manifest.json`` (sha256 of every file), renames
+the directory into place, and only then replaces ``latest``. A gang killed at any moment leaves
+``latest`` naming either the new complete checkpoint or the previous one. On restore, a checkpoint
+whose files do not match its manifest (a flipped bit, a truncated file) is skipped with a warning in
+favour of the previous complete one. The last ``NBTRAIN_KEEP_CHECKPOINTS`` (default 3) are kept;
+the one ``latest`` names is never deleted.
+
+Fault injection for tests (documented, off by default): ``NBTRAIN_FAULT_INJECT=checkpoint:<point>:<step>``
+with point ``before-files``, ``mid-files`` or ``before-latest`` kills rank 0 with SIGKILL there.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from nbtrain.events import EventKind
+from nbtrain.runtime import context
+
+__all__ = ["checkpoint_root", "committed_checkpoints", "restore", "save_checkpoint", "verify_checkpoint"]
+
+ENV_CHECKPOINT_DIR = "NBTRAIN_CHECKPOINT_DIR"
+ENV_RESUME_FROM = "NBTRAIN_RESUME_FROM"
+ENV_KEEP = "NBTRAIN_KEEP_CHECKPOINTS"
+ENV_FAULT = "NBTRAIN_FAULT_INJECT"
+MANIFEST = "manifest.json"
+LATEST = "latest"
+
+
+def checkpoint_root() -> Path:
+    """This run's checkpoint root; a clear error when the backend did not provide one."""
+    root = os.environ.get(ENV_CHECKPOINT_DIR)
+    if not root:
+        raise RuntimeError(
+            f"nbtrain.save_checkpoint needs a checkpoint directory but {ENV_CHECKPOINT_DIR} is not set: run the "
+            "cell with %%distributed (or pass --checkpoint-dir) instead of running this code directly."
+        )
+    return Path(root)
+
+
+def _name(step: int) -> str:
+    return f"step-{step:09d}"
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _fault(point: str, step: int, rank: int) -> None:
+    spec = os.environ.get(ENV_FAULT, "")
+    if rank == 0 and spec == f"checkpoint:{point}:{step}":
+        sys.stderr.write(f"[nbtrain] fault injection: killing rank 0 at checkpoint:{point}:{step}\n")
+        sys.stderr.flush()
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _barrier(accelerator: Any) -> None:
+    accelerator.wait_for_everyone()
+
+
+def save_checkpoint(accelerator: Any, step: int, **extra: Any) -> Path | None:
+    """Save the full training state (Accelerate ``save_state``) as the checkpoint of ``step``. Call on EVERY rank.
+
+    ``extra`` (JSON-serialisable) is stored in the manifest and returned by :func:`restore_info`.
+    Returns the committed directory on rank 0, None on other ranks.
+    """
+    ctx = context.current()
+    rank = int(getattr(accelerator, "process_index", 0))
+    attempt = ctx.attempt if ctx else 0
+    root = checkpoint_root()
+    staging = root / f".staging-{step:09d}-a{attempt}"
+    if rank == 0:
+        root.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+    _barrier(accelerator)
+    _fault("before-files", step, rank)
+    accelerator.save_state(str(staging))
+    _barrier(accelerator)
+    final = root / _name(step)
+    if rank == 0:
+        _fault("mid-files", step, rank)
+        files = {p.relative_to(staging).as_posix(): _sha256(p) for p in sorted(staging.rglob("*")) if p.is_file()}
+        manifest = {"format": 1, "step": int(step), "time": time.time(), "attempt": attempt, "files": files,
+                    "world_size": int(getattr(accelerator, "num_processes", 1)), "extra": extra}
+        with open(staging / MANIFEST, "w", encoding="utf-8") as handle:
+            json.dump(manifest, handle, indent=2, sort_keys=True)
+            handle.flush()
+            os.fsync(handle.fileno())
+        _fsync_dir(staging)
+        if final.exists():  # the same step saved again after a restart: replace it
+            trash = root / f".old-{step:09d}-{os.getpid()}"
+            os.replace(final, trash)
+            shutil.rmtree(trash, ignore_errors=True)
+        os.replace(staging, final)
+        _fsync_dir(root)
+        _fault("before-latest", step, rank)
+        tmp = root / f".{LATEST}.tmp"
+        tmp.write_text(_name(step) + "\n", encoding="utf-8")
+        os.replace(tmp, root / LATEST)
+        _fsync_dir(root)
+        _prune(root, keep=int(os.environ.get(ENV_KEEP, "3") or 3))
+        size = sum((final / rel).stat().st_size for rel in files)
+        if ctx is not None:
+            ctx.emit(EventKind.CHECKPOINT, step=int(step), path=str(final), bytes=size, files=len(files))
+    _barrier(accelerator)
+    return final if rank == 0 else None
+
+
+def _steps(root: Path) -> list[int]:
+    out = []
+    for path in root.glob("step-*"):
+        try:
+            out.append(int(path.name.split("-", 1)[1]))
+        except ValueError:
+            continue
+    return sorted(out)
+
+
+def _prune(root: Path, keep: int) -> None:
+    latest = _latest_step(root)
+    committed = [s for s in _steps(root) if latest is not None and s <= latest]
+    for step in committed[: max(0, len(committed) - max(1, keep))]:
+        if step != latest:
+            shutil.rmtree(root / _name(step), ignore_errors=True)
+    for stale in root.glob(".staging-*"):
+        if stale.is_dir() and stale.stat().st_mtime < time.time() - 3600:
+            shutil.rmtree(stale, ignore_errors=True)
+
+
+def _latest_step(root: Path) -> int | None:
+    try:
+        name = (root / LATEST).read_text(encoding="utf-8").strip()
+        return int(name.split("-", 1)[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def verify_checkpoint(directory: Path) -> tuple[bool, str]:
+    """(ok, why): every file listed in the manifest exists with its sha256 and no listed file is missing."""
+    try:
+        manifest = json.loads((directory / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        return False, f"no readable {MANIFEST} ({error})"
+    for rel, expected in manifest.get("files", {}).items():
+        path = directory / rel
+        if not path.is_file():
+            return False, f"{rel} is missing"
+        actual = _sha256(path)
+        if actual != expected:
+            return False, f"{rel} has sha256 {actual[:12]}… but the manifest says {expected[:12]}…"
+    return True, "ok"
+
+
+def committed_checkpoints(root: Path) -> list[Path]:
+    """Restore candidates, best first: the one ``latest`` names, then older complete ones.
+
+    Directories newer than ``latest`` were never committed (the save died before the pointer moved)
+    and are not candidates; without a ``latest`` file nothing was ever committed.
+    """
+    latest = _latest_step(root)
+    if latest is None:
+        return []
+    return [root / _name(s) for s in reversed(_steps(root)) if s <= latest]
+
+
+def restore(accelerator: Any) -> int:
+    """Load the newest complete checkpoint of this run (or of the run being resumed) on EVERY rank.
+
+    Returns the step to start from: the saved step + 1, or 0 when there is no checkpoint. Corrupted
+    checkpoints are skipped with a warning (stderr and a notice event) in favour of older ones.
+    """
+    ctx = context.current()
+    rank = int(getattr(accelerator, "process_index", 0))
+    sources = [os.environ.get(ENV_RESUME_FROM), os.environ.get(ENV_CHECKPOINT_DIR)]
+    for source in dict.fromkeys(s for s in sources if s):
+        for directory in committed_checkpoints(Path(source)):
+            ok, why = verify_checkpoint(directory)
+            if not ok:
+                message = f"checkpoint {directory} is corrupted ({why}); trying the previous one"
+                sys.stderr.write(f"[nbtrain] rank {rank}: {message}\n")
+                if ctx is not None and rank == 0:
+                    ctx.emit(EventKind.NOTICE, message=message)
+                continue
+            accelerator.load_state(str(directory))
+            manifest = json.loads((directory / MANIFEST).read_text(encoding="utf-8"))
+            step = int(manifest["step"])
+            if ctx is not None and rank == 0:
+                ctx.emit(EventKind.NOTICE, message=f"attempt {ctx.attempt} resumed from the checkpoint of step {step} "
+                                                  f"({directory})")
+            return step + 1
+    return 0
