@@ -62,6 +62,7 @@ def spec_from_args(args: Any) -> JobSpec:
             experiment=args.experiment,
             checkpoint_dir=args.checkpoint_dir,
             max_restarts=args.max_restarts,
+            keep_checkpoints=args.keep_checkpoints,
             namespace=args.namespace,
             queue=args.queue,
             flavor=args.flavor,
@@ -120,6 +121,9 @@ class DistributedMagics(Magics):
     @argument("--experiment", default=None, help="MLflow experiment (tracking).")
     @argument("--checkpoint-dir", default=None, help="Checkpoint root for nbtrain.save_checkpoint.")
     @argument("--max-restarts", type=int, default=0, help="Restart the gang from its last checkpoint up to K times.")
+    @argument("--keep-checkpoints", type=int, default=3, help="Complete checkpoints kept per run. Default 3.")
+    @argument("--resume", default=None, metavar="RUN",
+              help="Relaunch RUN (same spec) with this cell's code as a new attempt, from its latest checkpoint.")
     @argument("--namespace", default=None, help="Kubernetes namespace (default: the kubeconfig context's).")
     @argument("--queue", default=None, help="Kueue LocalQueue: the job waits for all-or-nothing admission.")
     @argument("--flavor", default="job", help="Kubernetes object: job (Indexed Job, default), pytorchjob or jobset.")
@@ -170,6 +174,8 @@ class DistributedMagics(Magics):
             )
         except CaptureError as error:
             raise UsageError(f"%%distributed: nothing was submitted. {error}") from None
+        if args.resume:
+            return self._resume(args, bundle)
         try:
             if args.dry_run:
                 plan = plan_bundle(bundle, spec)
@@ -187,6 +193,32 @@ class DistributedMagics(Magics):
             f"{run.id}: submitted {spec.nodes} node(s) x {spec.procs} process(es) on {spec.backend}."
             + ("" if args.block else f" The kernel is free: {handle_name}.wait(), .logs(rank=0), .metrics(), .cancel().")
         )
+        if not args.no_monitor:
+            run.show()
+        if args.block:
+            run.wait()
+            return None
+        return None if args.out else run
+
+    def _resume(self, args: Any, bundle: Any) -> Any:
+        """``--resume RUN``: this cell's bundle, RUN's spec, a new attempt of RUN from its latest checkpoint."""
+        from nbtrain import client
+        from nbtrain.errors import NbtrainError
+        from nbtrain.store import Store
+
+        shell = self.shell
+        assert shell is not None
+        store = Store()
+        try:
+            run = client.attach(args.resume, store=store, watch=False)
+            bundle.write(store.bundles)
+            run._relaunch(bundle.digest, kind="resume")
+        except (NbtrainError, EnvironmentProblem, SpecError) as error:
+            raise UsageError(f"%%distributed --resume {args.resume}: nothing was submitted. {error}") from None
+        if args.out:
+            shell.user_ns[args.out] = run
+        print(f"{run.id}: resumed as attempt {run.record.attempts[-1]['attempt']} with this cell's code "
+              f"({run.spec.nodes} node(s) x {run.spec.procs} process(es), the run's own spec).")
         if not args.no_monitor:
             run.show()
         if args.block:

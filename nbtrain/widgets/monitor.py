@@ -98,7 +98,8 @@ class MonitorWidget(anywidget.AnyWidget):
     def _state_traits(self, state: RunState) -> dict[str, Any]:
         view, model = self._run.view, self._model
         return {
-            "header": model.header(view, state, can_resume=False, stopping=self._stopping),
+            "header": model.header(view, state, stopping=self._stopping, tracking_url=self._tracking_url(),
+                                   can_resume=state in (RunState.FAILED, RunState.CANCELLED) and bool(view.checkpoints)),
             "ranks": model.ranks(view, state),
             "failure": model.failure(view, state),
             "env": model.env(view),
@@ -127,11 +128,31 @@ class MonitorWidget(anywidget.AnyWidget):
             self.send(self._page(int(content.get("rank", 0)), int(content.get("before", 0)),
                                  int(content.get("limit", 500))))
             self.messages_sent += 1
+        elif kind == "resume":
+            # relaunching plans and starts a supervisor: off the comm handler, errors become a notice
+            threading.Thread(target=self._resume, name=f"nbtrain-resume-{self._run.id}", daemon=True).start()
         elif kind == "stop":
             self._stopping = True
             self._sync_traits(self._run.view.state)
             # cancel takes seconds: off the comm handler so the kernel stays responsive
             threading.Thread(target=self._run.cancel, name=f"nbtrain-cancel-{self._run.id}", daemon=True).start()
+
+    def _resume(self) -> None:
+        try:
+            self._run.resume()
+        except Exception as error:  # noqa: BLE001 - shown in the widget, never raised into a comm thread
+            self._run.view.notices.append(f"resume failed: {error}")
+            self._sync_traits(self._run.view.state)
+
+    def _tracking_url(self) -> str | None:
+        try:
+            from nbtrain.tracking import tracking_url
+        except ImportError:
+            return None
+        try:
+            return tracking_url(self._run.record)
+        except Exception:  # noqa: BLE001 - a link is optional
+            return None
 
     def _page(self, rank: int, before: int, limit: int) -> dict[str, Any]:
         limit = max(1, min(MAX_PAGE, limit))

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import queue
+import os
+import signal
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from jupyter_client.manager import start_new_kernel
 
 pytestmark = pytest.mark.slow
 
@@ -23,40 +23,8 @@ for step in range(30):
 '''
 
 
-class Kernel:
-    """A real ipykernel plus the iopub messages it sent, grouped by what a front end would see."""
-
-    def __init__(self, cwd: Path) -> None:
-        self.manager, self.client = start_new_kernel(kernel_name="python3", cwd=str(cwd))
-        self.messages: list[dict[str, Any]] = []
-
-    def execute(self, code: str, timeout: float = 180) -> dict[str, Any]:
-        msg_id = self.client.execute(code)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                msg = self.client.get_iopub_msg(timeout=1)
-            except queue.Empty:
-                continue
-            msg["received"] = time.monotonic()
-            self.messages.append(msg)
-            if (msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle"
-                    and msg["parent_header"].get("msg_id") == msg_id):
-                reply = self.client.get_shell_msg(timeout=10)
-                assert reply["content"]["status"] == "ok", reply["content"]
-                return reply
-        raise TimeoutError(code)
-
-    def comm_messages(self, comm_id: str) -> list[dict[str, Any]]:
-        return [m for m in self.messages if m["msg_type"] == "comm_msg" and m["content"]["comm_id"] == comm_id]
-
-    def close(self) -> None:
-        self.client.stop_channels()
-        self.manager.shutdown_kernel(now=True)
-
-
-def test_monitor_streams_bounded_updates_and_final_summary(home: Path, tmp_path: Path) -> None:
-    kernel = Kernel(tmp_path)
+def test_monitor_streams_bounded_updates_and_final_summary(home: Path, tmp_path: Path, kernel_factory: Any) -> None:
+    kernel = kernel_factory(tmp_path)
     try:
         kernel.execute("%load_ext nbtrain")
         kernel.execute(CELL)
@@ -101,3 +69,40 @@ def test_monitor_streams_bounded_updates_and_final_summary(home: Path, tmp_path:
         assert page["start"] == 5 and len(page["lines"]) == 5 and not page["eof"]
     finally:
         kernel.close()
+
+
+NUMBERED = '''%%distributed --nodes 1 --gpus 2 --name survivor --out run
+import time
+from accelerate import Accelerator
+accelerator = Accelerator()
+for i in range(1, 151):
+    print(f"rank {accelerator.process_index} line {i}", flush=True)
+    accelerator.log({"loss": 1.0 / i}, step=i)
+    time.sleep(0.04)
+'''
+
+
+def test_attach_after_the_kernel_is_killed_delivers_every_line_once(home: Path, tmp_path: Path,
+                                                                    kernel_factory: Any) -> None:
+    first = kernel_factory(tmp_path)
+    first.execute("%load_ext nbtrain")
+    first.execute(NUMBERED)
+    run_id = next(m["content"]["text"].split(":")[0] for m in first.messages
+                  if m["msg_type"] == "stream" and "submitted" in m["content"].get("text", ""))
+    time.sleep(2.5)  # the gang is mid-way
+    os.kill(first.pid, signal.SIGKILL)  # no clean-up code of the kernel runs
+    first.client.stop_channels()
+    second = kernel_factory(tmp_path)
+    second.execute(f"import nbtrain\nrun = nbtrain.attach({run_id!r})\nrun.show()\nrun.wait(progress=False)")
+    second.execute("import json\nm = run.monitor()._model\n"
+                   "print('@@' + json.dumps({r: [list(x) for x in m.recent[r]] for r in m.recent}))\n"
+                   "print('@@' + json.dumps(m.line_counts))")
+    printed = [m["content"]["text"] for m in second.messages if m["msg_type"] == "stream"]
+    payloads = [line[2:] for text in printed for line in text.splitlines() if line.startswith("@@")]
+    import json
+
+    recent, counts = json.loads(payloads[-2]), json.loads(payloads[-1])
+    for rank in ("0", "1"):
+        assert counts[rank] == 150
+        assert [text for _, text in recent[rank]] == [f"rank {rank} line {i}" for i in range(1, 151)]
+        assert [index for index, _ in recent[rank]] == list(range(150))
