@@ -59,6 +59,13 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))
 
 
+def _jupyter_server_extension_points() -> list[dict[str, Any]]:
+    """jupyter_server discovery: the REST API under ``/nbtrain/`` (see nbtrain.server)."""
+    from nbtrain.server import _jupyter_server_extension_points as points
+
+    return points()
+
+
 def load_ipython_extension(ipython: Any) -> None:
     """``%load_ext nbtrain``: registers ``%%distributed`` and ``%nbtrain``."""
     from nbtrain.magics import register

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+pytest_plugins = ["pytest_jupyter.jupyter_server"]
+
 
 def _marked_pids(marker: str, values: set[str] | None = None) -> list[int]:
     """PIDs whose environment has ``marker=`` (with one of ``values`` when given); independent of nbtrain's code."""

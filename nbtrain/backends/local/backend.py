@@ -275,6 +275,10 @@ class LocalBackend:
                 break
             time.sleep(0.1)
         procs.terminate_gang(handle.run_id, grace_s=2.0)
+        deadline = time.monotonic() + 5  # the supervisor exits right after its verdict: let it finish
+        while pid and not _pid_gone(pid)[0] and time.monotonic() < deadline:
+            _reap()
+            time.sleep(0.05)
 
     def list(self) -> list[RunHandle]:
         """Runs in the store that used this backend, newest first."""

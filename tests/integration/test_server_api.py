@@ -1,0 +1,111 @@
+"""The jupyter_server extension: a real server, the real store, real local runs."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import tornado.httpclient
+
+from nbtrain.bundle import capture_cell
+from nbtrain.client import submit_bundle
+from nbtrain.spec import JobSpec
+
+pytestmark = pytest.mark.slow
+
+QUICK = '''
+from accelerate import Accelerator
+accelerator = Accelerator()
+for step in range(5):
+    accelerator.log({"loss": 1.0 / (step + 1)}, step=step)
+    print(f"rank {accelerator.process_index} step {step}", flush=True)
+'''
+
+SLOW = '''
+import time
+from accelerate import Accelerator
+accelerator = Accelerator()
+for step in range(10_000):
+    accelerator.log({"loss": 1.0}, step=step)
+    time.sleep(0.1)
+'''
+
+
+@pytest.fixture
+def jp_server_config(home: Path) -> dict[str, Any]:
+    return {"ServerApp": {"jpserver_extensions": {"nbtrain": True}}}
+
+
+def _submit(code: str, name: str) -> Any:
+    return submit_bundle(capture_cell(code, {"__name__": "__main__"}), JobSpec(name=name, procs_per_node=2))
+
+
+async def _json(jp_fetch: Any, *parts: str, method: str = "GET", body: str | None = None, **params: str) -> Any:
+    response = await jp_fetch(*parts, method=method, body=body, params=params or None)
+    return json.loads(response.body)
+
+
+async def test_list_detail_logs_metrics(jp_fetch: Any, survivors: Any) -> None:
+    run = _submit(QUICK, "served")
+    await asyncio.get_running_loop().run_in_executor(None, run.wait)
+    listing = await _json(jp_fetch, "nbtrain", "runs")
+    (row,) = listing["runs"]
+    assert row["id"] == run.id and row["state"] == "succeeded" and row["world_size"] == 2
+    assert row["attach_code"].startswith("import nbtrain")
+    assert (await _json(jp_fetch, "nbtrain", "runs", state="running"))["runs"] == []
+    detail = await _json(jp_fetch, "nbtrain", "runs", run.id)
+    assert detail["spec"]["procs_per_node"] == 2 and detail["last_metrics"] == {"loss": 0.2}
+    page = await _json(jp_fetch, "nbtrain", "runs", run.id, "logs", "1", offset="1", limit="2")
+    assert page["lines"] == ["rank 1 step 1", "rank 1 step 2"] and page["total"] == 5
+    tail = await _json(jp_fetch, "nbtrain", "runs", run.id, "logs", "0", offset="-1")
+    assert tail["lines"] == ["rank 0 step 4"]
+    metrics = await _json(jp_fetch, "nbtrain", "runs", run.id, "metrics", last="2")
+    assert metrics["metrics"]["loss"] == [[3, 0.25], [4, 0.2]]
+
+
+async def test_cancel_from_the_server_ends_the_gang(jp_fetch: Any, survivors: Any) -> None:
+    run = _submit(SLOW, "slowserved")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and run.status().value != "running":
+        await asyncio.sleep(0.2)
+    row = await _json(jp_fetch, "nbtrain", "runs", run.id, "cancel", method="POST", body="")
+    assert row["state"] == "cancelled"
+    assert survivors({run.id}) == []
+
+
+async def test_errors_are_json_with_fitting_status(jp_fetch: Any) -> None:
+    with pytest.raises(tornado.httpclient.HTTPClientError) as caught:
+        await jp_fetch("nbtrain", "runs", "nope-000000")
+    assert caught.value.code == 404
+    assert "no run 'nope-000000'" in json.loads(caught.value.response.body)["message"]
+    with pytest.raises(tornado.httpclient.HTTPClientError) as caught:
+        await jp_fetch("nbtrain", "export", method="POST", body="{}")
+    assert caught.value.code == 400
+
+
+async def test_unauthenticated_requests_are_refused(jp_serverapp: Any, jp_base_url: str,
+                                                    http_server_client: Any) -> None:
+    # the same in-process server jp_fetch talks to, but without the token jp_fetch adds
+    for path, method in (("nbtrain/runs", "GET"), ("nbtrain/events", "GET"), ("nbtrain/runs/x-1/cancel", "POST"),
+                         ("nbtrain/export", "POST")):
+        with pytest.raises(tornado.httpclient.HTTPClientError) as caught:
+            await http_server_client.fetch(jp_base_url + path, method=method, body="" if method == "POST" else None)
+        assert caught.value.code == 403, path
+
+
+async def test_events_stream_reports_runs(jp_serverapp: Any, jp_base_url: str, http_server_client: Any) -> None:
+    run = _submit(QUICK, "streamed")
+    await asyncio.get_running_loop().run_in_executor(None, run.wait)
+    chunks: list[bytes] = []
+    token = jp_serverapp.identity_provider.token
+    with pytest.raises(tornado.httpclient.HTTPClientError):  # we hang up after a few seconds: a stream never ends
+        await http_server_client.fetch(jp_base_url + "nbtrain/events", headers={"Authorization": f"token {token}"},
+                                       streaming_callback=chunks.append, request_timeout=3)
+    text = b"".join(chunks).decode()
+    first = json.loads(text.split("data: ", 1)[1].split("\n\n", 1)[0])
+    assert [r["id"] for r in first["runs"]] == [run.id] and first["runs"][0]["state"] == "succeeded"
+    assert ": keep-alive" in text
