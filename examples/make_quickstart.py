@@ -92,11 +92,14 @@ print(run.summary())"""),
 
 
 def build() -> nbformat.NotebookNode:
-    """The quickstart notebook as an nbformat node."""
+    """The quickstart notebook as an nbformat node (the hyper-parameter cell is tagged ``parameters``)."""
     notebook = nbformat.v4.new_notebook()
     notebook.metadata["kernelspec"] = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
-    for kind, source in CELLS:
+    for index, (kind, source) in enumerate(CELLS):
         cell = nbformat.v4.new_markdown_cell(source) if kind == "markdown" else nbformat.v4.new_code_cell(source)
+        cell["id"] = f"quickstart-{index}"
+        if source.startswith("# Hyper-parameters"):
+            cell.metadata["tags"] = ["parameters"]
         notebook.cells.append(cell)
     return notebook
 

@@ -35,8 +35,9 @@ def run_checks(store: Store | None = None) -> list[Check]:
     """Check Python, torch, accelerate, cloudpickle, devices, the launcher and the store."""
     from nbtrain.backends.local.gpus import detect_gpus
 
-    checks = [Check("python", sys.version_info >= (3, 10), f"{platform.python_version()} at {sys.executable}",
-                    "use Python 3.10 or newer")]
+    python_ok = sys.version_info >= (3, 10)
+    checks = [Check("python", python_ok, f"{platform.python_version()} at {sys.executable}",
+                    "" if python_ok else "use Python 3.10 or newer")]
     for dist, fix in (("torch", "pip install torch"), ("accelerate", "pip install accelerate"),
                       ("cloudpickle", "pip install cloudpickle")):
         version = _version(dist)

@@ -1,4 +1,4 @@
-"""``%nbtrain SUBCOMMAND``: runs, status, logs, cancel, attach, doctor."""
+"""``%nbtrain SUBCOMMAND``: runs, status, logs, cancel, attach, doctor, export."""
 
 from __future__ import annotations
 
@@ -22,6 +22,9 @@ USAGE = """%nbtrain SUBCOMMAND ...
   cancel RUN                end every process of a run
   attach RUN [--out NAME]   rebuild the handle of a run (e.g. after a kernel restart)
   doctor                    check torch, accelerate, devices and the run store
+  export [--out DIR] [--cell N|last] [--params A,B]
+                            write a %%distributed cell (In[N], default the last) as a job
+                            directory: train.py, nbtrain.toml, requirements.txt, k8s/, README.md
 
 RUN is a run id or a unique prefix of one."""
 
@@ -45,6 +48,10 @@ def _parser() -> _Parser:
     attach.add_argument("run")
     attach.add_argument("--out", default=None)
     sub.add_parser("doctor", add_help=False)
+    export = sub.add_parser("export", add_help=False)
+    export.add_argument("--out", default=None)
+    export.add_argument("--cell", default="last")
+    export.add_argument("--params", default=None)
     return parser
 
 
@@ -62,7 +69,7 @@ class ManageMagics(Magics):
 
     @line_magic
     def nbtrain(self, line: str) -> Any:
-        """Manage runs: ``%nbtrain runs|status|logs|cancel|attach|doctor`` (``%nbtrain`` alone for help)."""
+        """Manage runs: ``%nbtrain runs|status|logs|cancel|attach|doctor|export`` (``%nbtrain`` alone for help)."""
         words = shlex.split(line)
         if not words or words[0] in ("help", "-h", "--help"):
             print(USAGE)
@@ -78,6 +85,9 @@ class ManageMagics(Magics):
                 from nbtrain.doctor import render, run_checks
 
                 print(render(run_checks()))
+                return None
+            if args.command == "export":
+                print(self._export(args).summary())
                 return None
             run = client.attach(args.run, watch=args.command == "attach")
             if args.command == "status":
@@ -99,6 +109,27 @@ class ManageMagics(Magics):
         except (NbtrainError, ValueError) as error:
             raise UsageError(f"%nbtrain {args.command}: {error}") from None
         return None
+
+    def _export(self, args: argparse.Namespace) -> Any:
+        """``%nbtrain export``: the chosen ``%%distributed`` cell of ``In``, captured from the live namespace."""
+        from pathlib import Path
+
+        from nbtrain.export.live import export_live
+        from nbtrain.magics.distributed import _notebook_info
+
+        shell = self.shell
+        assert shell is not None  # a registered magic always has its shell
+        history = [h if isinstance(h, str) else "" for h in shell.user_ns.get("In", [])]
+        params = [p.strip() for p in args.params.split(",") if p.strip()] if args.params is not None else None
+        return export_live(
+            shell.user_ns,
+            history,
+            transform=shell.transform_cell,
+            out=Path(args.out).expanduser() if args.out else None,
+            cell=args.cell,
+            params=params,
+            notebook=_notebook_info(shell),
+        )
 
     @staticmethod
     def _runs_table(all_runs: list[Any]) -> str:

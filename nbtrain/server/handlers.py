@@ -19,7 +19,7 @@ from typing import Any
 import tornado.web
 from jupyter_server.base.handlers import APIHandler
 
-from nbtrain.errors import NbtrainError, RunNotFoundError, SpecError
+from nbtrain.errors import CaptureError, NbtrainError, RunNotFoundError, SpecError
 from nbtrain.server.runs import RunCache, run_detail, run_summary
 
 __all__ = ["handlers"]
@@ -43,6 +43,8 @@ class _Base(APIHandler):
             status = 404
         elif isinstance(error, (SpecError, ValueError)):
             status = 400
+        elif isinstance(error, CaptureError):
+            status = 422
         elif isinstance(error, NbtrainError):
             status = 409
         else:

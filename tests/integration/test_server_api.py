@@ -109,3 +109,17 @@ async def test_events_stream_reports_runs(jp_serverapp: Any, jp_base_url: str, h
     first = json.loads(text.split("data: ", 1)[1].split("\n\n", 1)[0])
     assert [r["id"] for r in first["runs"]] == [run.id] and first["runs"][0]["state"] == "succeeded"
     assert ": keep-alive" in text
+
+
+async def test_export_a_notebook_to_a_job_directory(jp_fetch: Any, jp_root_dir: Path) -> None:
+    import shutil
+
+    shutil.copy(Path(__file__).resolve().parents[2] / "examples" / "quickstart.ipynb", jp_root_dir / "qs.ipynb")
+    response = await jp_fetch("nbtrain", "export", method="POST", body=json.dumps({"path": "qs.ipynb"}))
+    assert response.code == 201
+    result = json.loads(response.body)
+    assert {"train.py", "nbtrain.toml", "requirements.txt", "README.md"} <= set(result["files"])
+    assert (jp_root_dir / result["path"] / "train.py").is_file()
+    with pytest.raises(tornado.httpclient.HTTPClientError) as caught:
+        await jp_fetch("nbtrain", "export", method="POST", body=json.dumps({"path": "../outside.ipynb"}))
+    assert caught.value.code == 400

@@ -1,0 +1,473 @@
+"""``nbtrain``: the command line for terminals and CI (export, submit, runs, status, logs, cancel, ...).
+
+Output contract:
+
+- human-readable text on stdout by default; ``--json`` on every listing (runs, status, submit,
+  export, doctor) prints one JSON document instead;
+- on failure, one line ``nbtrain COMMAND: REASON`` on stderr (details, e.g. a traceback, may follow)
+  and a non-zero exit code (:data:`EXIT_CODES`); ``submit --wait`` exits with the job's outcome;
+- while waiting, a rewriting status line on a TTY (stderr), plain lines every few seconds otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from nbtrain.errors import (
+    BackendError,
+    BundleIntegrityError,
+    CaptureError,
+    EnvironmentProblem,
+    NbtrainError,
+    RunFailedError,
+    RunNotFoundError,
+    SpecError,
+)
+
+__all__ = ["EXIT_CODES", "main"]
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_CANCELLED, EXIT_ENVIRONMENT, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
+#: Exit codes, for the help text and the docs.
+EXIT_CODES = {
+    EXIT_OK: "success (submit --wait: the run succeeded)",
+    EXIT_FAILED: "the run failed (submit --wait), or doctor found a problem",
+    EXIT_USAGE: "bad input: flags, directory, nbtrain.toml, notebook, unknown run; or not available",
+    EXIT_CANCELLED: "the run was cancelled (submit --wait)",
+    EXIT_ENVIRONMENT: "this machine or the backend cannot do it (accelerate missing, no GPU, no access)",
+    EXIT_INTERRUPTED: "interrupted (Ctrl-C); a run being waited for is cancelled",
+}
+
+# %%distributed flag (argparse dest) -> JobSpec field, for `submit`/`manifests` overrides.
+_SPEC_DESTS = {
+    "nodes": "nodes", "gpus": "procs_per_node", "name": "name", "backend": "backend", "device": "device",
+    "strategy": "strategy", "mixed_precision": "mixed_precision", "image": "image", "env": "env",
+    "timeout": "timeout_s", "collective_timeout": "collective_timeout_s", "max_capture_mb": "max_capture_mb",
+    "allow_secrets": "allow_secrets", "experiment": "experiment", "checkpoint_dir": "checkpoint_dir",
+    "max_restarts": "max_restarts", "keep_checkpoints": "keep_checkpoints", "namespace": "namespace", "queue": "queue", "flavor": "flavor",
+    "service_account": "service_account", "cpu": "cpu", "memory": "memory", "node_selector": "node_selector",
+    "toleration": "tolerations", "secret_env": "secret_env",
+}
+#: Flags of %%distributed that only make sense in a notebook.
+NOTEBOOK_ONLY = frozenset({"out", "block", "dry_run", "no_monitor", "resume"})
+_MERGED = ("env", "node_selector", "secret_env")  # dict flags add to nbtrain.toml's instead of replacing it
+
+
+class _UsageFailure(Exception):
+    """Raised instead of argparse's exit, so `main` can return the code (tests call main directly too)."""
+
+
+def _magic_parser() -> Any:
+    from nbtrain.magics.distributed import DistributedMagics
+
+    return DistributedMagics.distributed.parser  # set by @magic_arguments
+
+
+def _add_spec_flags(parser: argparse.ArgumentParser) -> None:
+    """Copy the %%distributed flags that set JobSpec fields, defaulting to "not given"."""
+    group = parser.add_argument_group("overrides of nbtrain.toml (the same flags as %%distributed)")
+    for action in _magic_parser()._actions:
+        if action.dest not in _SPEC_DESTS:
+            continue
+        kwargs: dict[str, Any] = {"dest": action.dest, "default": argparse.SUPPRESS, "help": action.help}
+        if action.nargs == 0:
+            kwargs["action"] = "store_true"
+        else:
+            kwargs.update(type=action.type, metavar=action.metavar)
+            if isinstance(action, argparse._AppendAction):
+                kwargs["action"] = "append"
+        group.add_argument(*action.option_strings, **kwargs)
+
+
+def apply_overrides(spec: Any, args: argparse.Namespace) -> Any:
+    """``spec`` with the %%distributed flags given on the command line applied (validated again)."""
+    given = [dest for dest in _SPEC_DESTS if hasattr(args, dest)]
+    if not given:
+        return spec
+    from IPython.core.error import UsageError
+
+    from nbtrain.magics.distributed import spec_from_args
+
+    full = _magic_parser().parse_argstring("")
+    for dest in given:
+        setattr(full, dest, getattr(args, dest))
+    try:
+        built = spec_from_args(full)
+    except UsageError as error:
+        raise SpecError(str(error)) from None
+    changes = {}
+    for dest in given:
+        field = _SPEC_DESTS[dest]
+        value = getattr(built, field)
+        changes[field] = {**getattr(spec, field), **value} if field in _MERGED else value
+    return spec.with_changes(**changes)
+
+
+# ---------------------------------------------------------------------------------------------- output
+
+
+def _print_json(data: Any) -> None:
+    print(json.dumps(data, indent=2, sort_keys=True, default=str))
+
+
+def _run_json(run: Any, *, metrics: bool = False) -> dict[str, Any]:
+    state = run.status()
+    record = run.record
+    data: dict[str, Any] = {
+        "run_id": run.id, "name": run.spec.name, "state": state.value, "backend": record.backend,
+        "nodes": run.spec.nodes, "procs_per_node": run.spec.procs, "world_size": run.spec.world_size,
+        "created": record.created, "ended": record.ended, "bundle_digest": record.bundle_digest,
+        "kind": record.kind, "notebook": record.notebook,
+    }
+    if metrics:
+        run.sync()
+        data["failure"] = record.failure if state.value == "failed" else None
+        data["last_metrics"] = run.view.last_metrics(0)
+        data["spec"] = run.spec.to_dict()
+    return data
+
+
+def _age(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.0f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
+
+
+def _runs_table(rows: list[dict[str, Any]]) -> str:
+    if not rows:
+        return "no runs yet: start one with `nbtrain submit DIR` or %%distributed"
+    now = time.time()
+    table = [("RUN", "STATE", "BACKEND", "GANG", "STARTED")]
+    table += [(r["run_id"], r["state"], r["backend"], f"{r['nodes']}x{r['procs_per_node']}",
+               _age(now - r["created"]) + " ago") for r in rows]
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in table)
+
+
+# ---------------------------------------------------------------------------------------------- commands
+
+
+def _params(pairs: list[str] | None) -> dict[str, str]:
+    values: dict[str, str] = {}
+    for pair in pairs or []:
+        name, sep, text = pair.partition("=")
+        if not sep or not name:
+            raise SpecError(f"--param {pair!r}: write it as NAME=VALUE, e.g. --param lr=3e-4.")
+        values[name.strip()] = text
+    return values
+
+
+def _cmd_submit(args: argparse.Namespace) -> int:
+    from nbtrain import client
+    from nbtrain.export.jobdir import load_job
+
+    job = load_job(Path(args.directory), accept_edits=args.accept_edits)
+    spec = job.with_parameters(apply_overrides(job.spec, args), _params(args.param))
+    if args.dry_run:
+        print(client.plan_bundle(job.bundle, spec).render())
+        return EXIT_OK
+    notebook = {k: str(v) for k, v in (job.bundle.manifest.get("notebook") or {}).items() if v}
+    notebook["job_dir"] = str(job.path.resolve())
+    run = client.submit_bundle(job.bundle, spec, notebook=notebook)
+    if not args.json or args.wait:
+        print(f"{run.id}: submitted {spec.nodes} node(s) x {spec.procs} process(es) on {spec.backend}", flush=True)
+    return _finish(run, args)
+
+
+def _finish(run: Any, args: argparse.Namespace) -> int:
+    """After submit/resume: print the run (``--json``) or wait for it (``--wait``) and exit with its outcome."""
+    if not args.wait:
+        if args.json:
+            _print_json(_run_json(run))
+        return EXIT_OK
+    try:
+        state = run.wait(progress=not args.quiet, raise_on_failure=False)
+    except KeyboardInterrupt:  # Run.wait has cancelled the gang
+        return EXIT_INTERRUPTED
+    if args.json:
+        _print_json(_run_json(run, metrics=True))
+    else:
+        print(run.summary())
+    if state.value == "failed":
+        failure = run.failure
+        print(f"nbtrain {args.command}: run {run.id} failed: {failure.summary() if failure else 'unknown'}",
+              file=sys.stderr)
+        if failure is not None and failure.traceback:
+            print(failure.traceback.rstrip(), file=sys.stderr)
+        return EXIT_FAILED
+    return EXIT_CANCELLED if state.value == "cancelled" else EXIT_OK
+
+
+def _cmd_runs(args: argparse.Namespace) -> int:
+    from nbtrain import client
+
+    rows = [_run_json(run) for run in client.runs()]
+    if args.json:
+        _print_json(rows)
+    else:
+        print(_runs_table(rows))
+    return EXIT_OK
+
+
+def _attach(run_id: str) -> Any:
+    from nbtrain import client
+
+    return client.attach(run_id, watch=False)
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    run = _attach(args.run)
+    if args.json:
+        _print_json(_run_json(run, metrics=True))
+    else:
+        print(run.summary())
+    return EXIT_OK
+
+
+def _cmd_logs(args: argparse.Namespace) -> int:
+    run = _attach(args.run)
+    if not 0 <= args.rank < run.spec.world_size:
+        raise SpecError(f"--rank {args.rank}: run {run.id} has ranks 0-{run.spec.world_size - 1}.")
+    if not args.follow:
+        text = run.logs(args.rank, tail=args.tail)
+        if text:
+            print(text)
+        return EXIT_OK
+    cursor = run.backend.cursor(run.handle)
+    try:
+        while True:
+            terminal = run.status().terminal  # read after the verdict, so nothing written before it is missed
+            batch = cursor.poll()
+            for line in batch.lines:
+                if line.rank == args.rank:
+                    print(line.text, flush=True)
+            if terminal and not batch.lines:
+                return EXIT_OK
+            if not batch.lines:
+                time.sleep(0.2)
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+
+
+def _cmd_cancel(args: argparse.Namespace) -> int:
+    run = _attach(args.run)
+    run.cancel()
+    print(f"{run.id}: {run.status().value}")
+    return EXIT_OK
+
+
+def _cmd_resume(args: argparse.Namespace) -> int:
+    run = _attach(args.run)
+    resume = getattr(run, "resume", None)
+    if resume is None:
+        raise _NotAvailable(
+            f"not available yet: resume arrives with checkpoints; to run {run.id}'s job again, "
+            "`nbtrain submit` its job directory."
+        )
+    resumed = resume()
+    if not args.json or args.wait:
+        print(f"{resumed.id}: resumed as a new attempt of {run.id}", flush=True)
+    return _finish(resumed, args)
+
+
+class _NotAvailable(NbtrainError):
+    """A command this installation cannot do yet (exit code 2)."""
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    from nbtrain.export.static import export_notebook
+
+    result = export_notebook(Path(args.notebook), Path(args.out) if args.out else None,
+                             cell=args.cell, tag=args.tag, strict=args.strict)
+    if args.json:
+        _print_json({
+            "directory": str(result.directory), "cell": result.cell, "digest": result.job.digest,
+            "spec": result.spec.to_dict(), "files": sorted(result.job.files),
+            "parameters": [{"name": p.name, "option": p.option, "type": p.kind, "default": p.default}
+                           for p in result.job.parameters],
+            "computed": list(result.computed), "kubernetes": list(result.job.k8s),
+            "kubernetes_missing": result.job.k8s_missing, "notes": list(result.job.notes),
+        })
+    else:
+        print(result.summary())
+        print(f"next: nbtrain submit {result.directory} --wait")
+    return EXIT_OK
+
+
+def _cmd_manifests(args: argparse.Namespace) -> int:
+    from nbtrain.export.jobdir import load_job
+    from nbtrain.export.manifests import manifest_yaml
+
+    job = load_job(Path(args.directory), accept_edits=args.accept_edits)
+    spec = job.with_parameters(apply_overrides(job.spec, args), {})
+    print(manifest_yaml(spec, job.bundle).rstrip("\n"))  # --flavor (an override) picks the flavor
+    return EXIT_OK
+
+
+def _cmd_doctor(args: argparse.Namespace) -> int:
+    from nbtrain.doctor import render, run_checks
+
+    checks = run_checks()
+    names = {c.name for c in checks}
+    checks += [c for c in extra_checks() if c.name not in names]
+    if args.json:
+        _print_json([{"name": c.name, "ok": c.ok, "detail": c.detail, "fix": c.fix} for c in checks])
+    else:
+        print(render(checks))
+    return EXIT_OK if all(c.ok for c in checks) else EXIT_FAILED
+
+
+def extra_checks() -> list[Any]:
+    """Cluster access and tracking reachability (informational unless configured and broken)."""
+    import os
+
+    from nbtrain.doctor import Check
+
+    checks = []
+    try:
+        from nbtrain.backends import get_backend
+
+        get_backend("kubernetes")
+        config = os.environ.get("KUBECONFIG") or str(Path.home() / ".kube" / "config")
+        if os.environ.get("KUBERNETES_SERVICE_HOST"):
+            checks.append(Check("kubernetes", True, "in-cluster service account"))
+        elif any(Path(p).is_file() for p in config.split(os.pathsep)):
+            checks.append(Check("kubernetes", True, f"kubeconfig {config}"))
+        else:
+            checks.append(Check("kubernetes", True, f"no kubeconfig ({config}): --backend kubernetes cannot reach a cluster"))
+    except NbtrainError as error:
+        checks.append(Check("kubernetes", True, f"backend not available ({error}); local runs are unaffected"))
+    uri = os.environ.get("MLFLOW_TRACKING_URI", "")
+    import importlib.util
+
+    if importlib.util.find_spec("mlflow") is None:
+        checks.append(Check("tracking", False, "mlflow is not installed", "pip install mlflow"))
+    elif uri.startswith(("http://", "https://")):
+        import urllib.request
+
+        try:
+            with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=3) as response:
+                checks.append(Check("tracking", True, f"{uri} answers ({response.status})"))
+        except OSError as error:
+            checks.append(Check("tracking", False, f"{uri} is not reachable ({error})",
+                                "start the MLflow server or fix MLFLOW_TRACKING_URI"))
+    else:
+        checks.append(Check("tracking", True, f"local MLflow store {uri or 'sqlite:///mlflow.db (default)'}"))
+    return checks
+
+
+# ---------------------------------------------------------------------------------------------- parser
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:  # one line, exit code 2 (argparse's own convention)
+        raise _UsageFailure(f"{self.prog}: {message} (see {self.prog} --help)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``nbtrain`` argument parser (one sub-parser per command)."""
+    epilog = "exit codes:\n" + "\n".join(f"  {code:<4}{what}" for code, what in EXIT_CODES.items())
+    parser = _Parser(prog="nbtrain", description="Export notebooks as jobs, submit them, follow runs.",
+                     epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter)
+    from nbtrain import __version__
+
+    parser.add_argument("--version", action="version", version=f"nbtrain {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+
+    p = sub.add_parser("submit", help="run a job directory (from `nbtrain export`)")
+    p.add_argument("directory", help="the job directory")
+    p.add_argument("--param", action="append", metavar="NAME=VALUE", help="set a parameter (repeatable)")
+    p.add_argument("--wait", action="store_true", help="wait for the run; exit with its outcome")
+    p.add_argument("--dry-run", action="store_true", help="print the launch plan; submit nothing")
+    p.add_argument("--accept-edits", action="store_true", help="submit files edited after export (re-seals them)")
+    p.add_argument("--quiet", action="store_true", help="no progress line while waiting")
+    p.add_argument("--json", action="store_true", help="print the run as JSON")
+    _add_spec_flags(p)
+    p.set_defaults(handler=_cmd_submit)
+
+    p = sub.add_parser("runs", help="list runs, newest first")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=_cmd_runs)
+    p = sub.add_parser("status", help="state, gang, metrics and failure of a run")
+    p.add_argument("run", help="run id or a unique prefix of one")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=_cmd_status)
+    p = sub.add_parser("logs", help="one rank's output")
+    p.add_argument("run")
+    p.add_argument("--rank", type=int, default=0)
+    p.add_argument("--tail", type=int, default=None, help="only the last N lines")
+    p.add_argument("--follow", "-f", action="store_true", help="keep printing until the run ends")
+    p.set_defaults(handler=_cmd_logs)
+    p = sub.add_parser("cancel", help="end every process of a run")
+    p.add_argument("run")
+    p.set_defaults(handler=_cmd_cancel)
+    p = sub.add_parser("resume", help="run a finished run again as a new attempt, from its last checkpoint")
+    p.add_argument("run")
+    p.add_argument("--wait", action="store_true", help="wait for the new attempt; exit with its outcome")
+    p.add_argument("--quiet", action="store_true", help="no progress line while waiting")
+    p.add_argument("--json", action="store_true", help="print the run as JSON")
+    p.set_defaults(handler=_cmd_resume)
+
+    p = sub.add_parser("export", help="write a notebook's %%%%distributed cell as a job directory")
+    p.add_argument("notebook", help="the .ipynb file (read only; nothing in it is executed)")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--cell", help="cell id or 1-based position (default: the last %%%%distributed cell)")
+    which.add_argument("--tag", help="the cell carrying this tag")
+    p.add_argument("-o", "--out", help="job directory (default: NOTEBOOK-job next to the notebook)")
+    p.add_argument("--strict", action="store_true",
+                   help="refuse values computed in the notebook instead of re-running their statements")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=_cmd_export)
+
+    p = sub.add_parser("manifests", help="print a job's Kubernetes manifests (YAML; --flavor job|pytorchjob|jobset)")
+    p.add_argument("directory")
+    p.add_argument("--accept-edits", action="store_true", help=argparse.SUPPRESS)
+    _add_spec_flags(p)
+    p.set_defaults(handler=_cmd_manifests)
+
+    p = sub.add_parser("doctor", help="check the environment, devices, cluster access and tracking")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=_cmd_doctor)
+    return parser
+
+
+def _exit_code(error: BaseException) -> int:
+    if isinstance(error, (EnvironmentProblem, BackendError, OSError)):
+        return EXIT_ENVIRONMENT
+    if isinstance(error, RunFailedError):
+        return EXIT_FAILED
+    if isinstance(error, (SpecError, CaptureError, RunNotFoundError, BundleIntegrityError, _NotAvailable, ValueError)):
+        return EXIT_USAGE
+    return EXIT_FAILED
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; return its exit code (``python -m nbtrain`` and the ``nbtrain`` script exit with it)."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(list(argv) if argv is not None else None)
+    except _UsageFailure as error:
+        print(str(error), file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        return int(args.handler(args))
+    except BrokenPipeError:  # `nbtrain runs | head`: the reader left; not an error
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
+    except KeyboardInterrupt:
+        print(f"nbtrain {args.command}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except (NbtrainError, OSError, ValueError) as error:
+        first, _, rest = str(error).strip().partition("\n")
+        print(f"nbtrain {args.command}: {first}", file=sys.stderr)
+        if rest:
+            print(rest, file=sys.stderr)
+        return _exit_code(error)

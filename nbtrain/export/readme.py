@@ -1,0 +1,111 @@
+"""The job directory's README.md: what each file is and the exact commands to run the job."""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping, Sequence
+
+from nbtrain.backends.launch import LaunchTarget, accelerate_argv
+from nbtrain.spec import JobSpec
+
+from .parameters import Parameter, text_of
+
+__all__ = ["job_readme"]
+
+
+def _launch(spec: JobSpec, *, use_gpu: bool, node_rank: int, address: str, params: str) -> str:
+    argv = accelerate_argv(
+        spec, python="python", use_gpu=use_gpu, node_rank=node_rank, main_address=address, main_port=29500,
+        target=LaunchTarget("train.py", module=False),
+    )
+    # argv is [python, -m, accelerate.commands.launch, ...]: the same as the `accelerate launch` command
+    return "accelerate launch " + shlex.join(argv[3:]) + params
+
+
+def job_readme(
+    *,
+    name: str,
+    spec: JobSpec,
+    origin: str,
+    digest: str,
+    parameters: Sequence[Parameter],
+    files: Sequence[str],
+    k8s: Mapping[str, str],
+    k8s_missing: str | None,
+    computed: Sequence[str],
+    local_modules: Sequence[str],
+    notes: Sequence[str],
+) -> str:
+    """README.md text. ``k8s`` maps flavor -> file name; ``k8s_missing`` says why there are none."""
+    example = ""
+    if parameters:
+        first = parameters[0]
+        example = f" {first.option} {shlex.quote(text_of(first.default))}"
+    lines = [
+        f"# {name}: an nbtrain job",
+        "",
+        f"Exported by nbtrain from {origin}. Bundle digest `{digest[:16]}`.",
+        "",
+        "## Run it",
+        "",
+        "With nbtrain (local process gang, or `--backend kubernetes`), waiting for the outcome:",
+        "",
+        "```sh",
+        "pip install -r requirements.txt nbtrain",
+        "nbtrain submit . --wait" + (f" --param {first.name}={shlex.quote(text_of(first.default))}" if parameters else ""),
+        "nbtrain submit . --nodes 2 --gpus 8 --backend kubernetes --image REGISTRY/IMAGE:TAG",
+        "```",
+        "",
+        f"Without nbtrain, with plain Accelerate ({spec.nodes} node(s) x {spec.procs} process(es)):",
+        "",
+        "```sh",
+    ]
+    if spec.nodes == 1:
+        lines.append("# GPUs")
+        lines.append(_launch(spec, use_gpu=True, node_rank=0, address="127.0.0.1", params=example))
+        lines.append("# CPU only (gloo)")
+        lines.append("ACCELERATE_USE_CPU=1 " + _launch(spec, use_gpu=False, node_rank=0, address="127.0.0.1",
+                                                        params=example))
+    else:
+        lines.append(f"# on node i of the gang (i = 0 .. {spec.nodes - 1}), with MAIN_HOST the address of node 0")
+        lines.append(
+            _launch(spec, use_gpu=True, node_rank=0, address="MAIN_HOST", params=example).replace(
+                "--machine_rank 0", "--machine_rank $i"
+            ).replace("MAIN_HOST", "$MAIN_HOST")
+        )
+    lines += ["```", ""]
+    if parameters:
+        lines += ["## Parameters", "",
+                  "From the notebook's `parameters` cell. Options of `train.py`, `--param NAME=VALUE` of "
+                  "`nbtrain submit`, or a new default in `nbtrain.toml`:", "",
+                  "| option | type | default |", "| --- | --- | --- |"]
+        lines += [f"| `{p.option}` | {p.kind} | `{p.default!r}` |" for p in parameters]
+        lines.append("")
+    lines += ["## Files", ""]
+    described = {
+        "train.py": "the generated program (the bundle's main.py): imports, values, definitions, the cell",
+        "objects.pkl": "notebook objects that cannot be written as source, loaded by train.py",
+        "manifest.json": "the bundle manifest: sha256 of train.py and its files, what was captured and how",
+        "nbtrain.toml": "the job spec: resources, strategy, backend, image, tracking, checkpoints, parameters",
+        "requirements.txt": "pinned versions, from the exporting environment, of the packages the job imports",
+        "README.md": "this file",
+    }
+    for rel in files:
+        if rel in described:
+            lines.append(f"- `{rel}`: {described[rel]}")
+        elif rel.startswith("files/"):
+            lines.append(f"- `{rel}`: a file attached to the bundle")
+    if k8s:
+        lines.append("- `k8s/`: Kubernetes manifests, one per flavor: " + ", ".join(f"`{f}`" for f in k8s.values()))
+    else:
+        lines.append(f"- `k8s/README.md`: why there are no Kubernetes manifests ({k8s_missing})")
+    if computed or local_modules or notes:
+        lines += ["", "## Notes", ""]
+        lines += [f"- {note}" for note in notes]
+        if computed:
+            lines.append("- Re-run on every rank before the cell (they were computed in the notebook): "
+                         + "; ".join(computed))
+        if local_modules:
+            lines.append("- Imports modules no installed distribution provides (copy them next to train.py): "
+                         + ", ".join(f"`{m}`" for m in local_modules))
+    return "\n".join(lines) + "\n"
