@@ -21,7 +21,7 @@ from nbtrain.spec import JobSpec
 from nbtrain.store import RunRecord, Store
 from nbtrain.view import RunView
 
-__all__ = ["Run", "attach", "plan_bundle", "runs", "submit_bundle"]
+__all__ = ["Run", "attach", "plan_bundle", "rerun", "runs", "submit_bundle"]
 
 WATCH_PERIOD_S = 0.1
 
@@ -415,6 +415,37 @@ def attach(run_id: str, *, store: Store | None = None, watch: bool = True) -> Ru
     run.sync()
     if watch:
         run.watch()
+    return run
+
+
+def rerun(run_id: str | None = None, *, store: Store | None = None) -> Run:
+    """Run ``run_id`` (default: the newest FAILED run) again as a NEW run: same spec, same bundle, no checkpoint."""
+    store = store or Store()
+    if run_id is None:
+        failed = [r for r in runs(store=store) if r.status() is RunState.FAILED]
+        if not failed:
+            raise NbtrainError("there is no failed run to re-run; name one: %nbtrain rerun RUN.")
+        source = failed[0]
+    else:
+        source = attach(run_id, store=store, watch=False)
+    bundle_dir = store.bundles / source.record.bundle_digest
+    if not bundle_dir.is_dir():
+        raise NbtrainError(f"the bundle of run {source.id} is gone from {store.bundles}; run its cell again.")
+    backend = get_backend(source.record.backend, store=store)
+    new_id = store.new_run_id(source.spec.name)
+    try:
+        plan = backend.plan(source.spec, str(bundle_dir), source.record.bundle_digest, new_id)
+    except BaseException:
+        _remove_empty(store.run_dir(new_id))
+        raise
+    record = RunRecord(run_id=new_id, spec=source.spec, bundle_digest=source.record.bundle_digest,
+                       backend=backend.name, kind=source.record.kind, notebook=dict(source.record.notebook))
+    record.attempts.append({"attempt": 0, "submitted": time.time(), "rerun_of": source.id})
+    store.save(record)
+    record.handle = dict(backend.submit(plan).data)
+    store.save(record)
+    run = Run(record, store, backend)
+    run.watch()
     return run
 
 

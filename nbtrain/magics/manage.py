@@ -21,6 +21,8 @@ USAGE = """%nbtrain SUBCOMMAND ...
   logs RUN [--rank N] [--tail N]   one rank's output
   cancel RUN                end every process of a run
   attach RUN [--out NAME]   rebuild the handle of a run (e.g. after a kernel restart)
+  resume RUN [--out NAME]   relaunch a run from its latest checkpoint (a new attempt)
+  rerun [RUN] [--out NAME]  run the last failed run (or RUN) again from scratch, same spec and code
   doctor                    check torch, accelerate, devices and the run store
   export [--out DIR] [--cell N|last] [--params A,B]
                             write a %%distributed cell (In[N], default the last) as a job
@@ -48,6 +50,12 @@ def _parser() -> _Parser:
     attach.add_argument("run")
     attach.add_argument("--out", default=None)
     sub.add_parser("doctor", add_help=False)
+    resume = sub.add_parser("resume", add_help=False)
+    resume.add_argument("run")
+    resume.add_argument("--out", default=None)
+    rerun = sub.add_parser("rerun", add_help=False)
+    rerun.add_argument("run", nargs="?", default=None)
+    rerun.add_argument("--out", default=None)
     export = sub.add_parser("export", add_help=False)
     export.add_argument("--out", default=None)
     export.add_argument("--cell", default="last")
@@ -89,7 +97,11 @@ class ManageMagics(Magics):
             if args.command == "export":
                 print(self._export(args).summary())
                 return None
+            if args.command == "rerun":
+                return self._show(client.rerun(args.run), args.out, "started")
             run = client.attach(args.run, watch=args.command == "attach")
+            if args.command == "resume":
+                return self._show(run.resume(), args.out, f"resumed as attempt {run.record.attempts[-1]['attempt']}")
             if args.command == "status":
                 print(run.summary())
             elif args.command == "logs":
@@ -109,6 +121,17 @@ class ManageMagics(Magics):
         except (NbtrainError, ValueError) as error:
             raise UsageError(f"%nbtrain {args.command}: {error}") from None
         return None
+
+    def _show(self, run: Any, out: str | None, what: str) -> Any:
+        """Bind ``run`` to ``out`` (if given), say what happened and display its monitor."""
+        if out is not None:
+            if not out.isidentifier():
+                raise UsageError(f"--out {out!r}: not a valid Python variable name.")
+            assert self.shell is not None  # a registered magic always has its shell
+            self.shell.user_ns[out] = run
+        print(f"{run.id}: {what} ({run.spec.nodes} node(s) x {run.spec.procs} process(es) on {run.record.backend}).")
+        run.show()
+        return None if out else run
 
     def _export(self, args: argparse.Namespace) -> Any:
         """``%nbtrain export``: the chosen ``%%distributed`` cell of ``In``, captured from the live namespace."""

@@ -50,3 +50,27 @@ def test_distributed_help(shell: Any) -> None:
     doc = shell.find_cell_magic("distributed").__doc__
     for flag in ("--nodes", "--gpus", "--out", "--block", "--dry-run", "--max-capture-mb", "--allow-secrets"):
         assert flag in doc
+
+
+@pytest.mark.slow
+def test_rerun_and_resume_subcommands(shell: Any, run_cell: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(Exception, match="first time fails"):
+        run_cell('''%%distributed --nodes 1 --gpus 1 --name flaky --out run --block --no-monitor
+import nbtrain
+from accelerate import Accelerator
+accelerator = Accelerator()
+start = nbtrain.restore(accelerator)
+nbtrain.save_checkpoint(accelerator, start)
+if start == 0:
+    raise RuntimeError("first time fails")
+start
+''')
+    failed = shell.user_ns["run"]
+    run_cell("%nbtrain rerun --out again")
+    again = shell.user_ns["again"]
+    assert again.id != failed.id and again.spec == failed.spec
+    assert again.wait(timeout=120, raise_on_failure=False).value == "failed"  # fresh run: no checkpoint, fails again
+    run_cell(f"%nbtrain resume {failed.id} --out resumed")
+    resumed = shell.user_ns["resumed"]
+    assert resumed.id == failed.id and resumed.result(timeout=120) == 1  # restored step 0's checkpoint
+    assert "resumed as attempt 1" in capsys.readouterr().out
