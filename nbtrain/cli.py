@@ -51,7 +51,7 @@ _SPEC_DESTS = {
     "allow_secrets": "allow_secrets", "experiment": "experiment", "checkpoint_dir": "checkpoint_dir",
     "max_restarts": "max_restarts", "keep_checkpoints": "keep_checkpoints", "namespace": "namespace", "queue": "queue", "flavor": "flavor",
     "service_account": "service_account", "cpu": "cpu", "memory": "memory", "node_selector": "node_selector",
-    "toleration": "tolerations", "secret_env": "secret_env",
+    "toleration": "tolerations", "secret_env": "secret_env", "no_tracking": "tracking",
 }
 #: Flags of %%distributed that only make sense in a notebook.
 NOTEBOOK_ONLY = frozenset({"out", "block", "dry_run", "no_monitor", "resume"})

@@ -17,7 +17,7 @@ from nbtrain.backends import get_backend
 from nbtrain.backends.base import Batch, Failure, Plan, RunHandle, RunState
 from nbtrain.errors import NbtrainError, RunFailedError
 from nbtrain.events import Event
-from nbtrain.spec import JobSpec
+from nbtrain.spec import JobSpec, tracking_default
 from nbtrain.store import RunRecord, Store
 from nbtrain.view import RunView
 
@@ -41,6 +41,8 @@ class Run:
         self._cursor = self.backend.cursor(self.handle)
         self._lock = threading.RLock()
         self._listeners: list[Callable[[Batch], None]] = []
+        self._line_listeners = 0  # listeners that want log lines (reading lines costs: only when needed)
+        self._tracker: Any = None
         self._watcher: threading.Thread | None = None
         self._stop = threading.Event()
         self._monitor: Any = None
@@ -61,7 +63,7 @@ class Run:
     def sync(self, *, with_lines: bool = False) -> Batch:
         """Read what is new from the backend and fold it into :attr:`view` (also done by the watcher)."""
         with self._lock:
-            batch = self._cursor.poll(max_lines=50_000 if (with_lines or self._listeners) else 0)
+            batch = self._cursor.poll(max_lines=50_000 if (with_lines or self._line_listeners) else 0)
             for event in batch.events:
                 self.view.apply(event)
             for listener in list(self._listeners):
@@ -227,14 +229,29 @@ class Run:
         self.status()
 
     # -- watcher ----------------------------------------------------------------------------------
-    def subscribe(self, listener: Callable[[Batch], None]) -> None:
-        """Call ``listener(batch)`` from the watcher thread for everything new (events and lines).
+    def subscribe(self, listener: Callable[[Batch], None], *, lines: bool = True) -> None:
+        """Call ``listener(batch)`` from the watcher thread for everything new (events, and lines if ``lines``).
 
         Listeners must not print or display (output would land in whatever cell runs then).
         """
         with self._lock:
             self._listeners.append(listener)
+            self._line_listeners += int(lines)
         self.watch()
+
+    def _start_tracking(self) -> None:
+        """Forward this run to MLflow from the notebook side (once per handle; nothing with tracking off)."""
+        if self.spec.tracking and tracking_default() and self._tracker is None:
+            from nbtrain.tracking import TrackingForwarder
+
+            self._tracker = TrackingForwarder(self)
+            self.subscribe(self._tracker.on_batch, lines=False)
+
+    def close(self) -> None:
+        """Stop following the run in this process (the run goes on); flushes what tracking buffered."""
+        self.stop_watching()
+        if self._tracker is not None:
+            self._tracker.close()
 
     def watch(self) -> None:
         """Start the single background watcher of this handle (no-op if running or the run ended)."""
@@ -270,7 +287,9 @@ class Run:
 
                 self.sync()
                 self._monitor = MonitorWidget(self)
-                self._listeners.append(self._monitor.on_batch)
+                # the monitor goes first: its final render must not wait for tracking's end-of-run flush
+                self._listeners.insert(0, self._monitor.on_batch)
+                self._line_listeners += 1
         self.watch()
         return self._monitor
 
@@ -284,7 +303,10 @@ class Run:
         """Re-render the displayed monitor so its text/plain summary (kept by headless runs) is final."""
         if self._display is not None and self._monitor is not None:
             self._monitor.on_batch(Batch())  # flush what is pending before the re-render
-            self._display.update(self._monitor)
+            if not self._monitor.front_end_seen:
+                # headless (nbclient, nbconvert): re-render so the kept text/plain is the final summary;
+                # with a live browser view this would only rebuild the view and lose its scroll position
+                self._display.update(self._monitor)
 
 
     def __repr__(self) -> str:
@@ -396,6 +418,7 @@ def submit_bundle(
     record.handle = dict(handle.data)
     store.save(record)
     run = Run(record, store, backend)
+    run._start_tracking()
     run.watch()
     return run
 
@@ -414,6 +437,7 @@ def attach(run_id: str, *, store: Store | None = None, watch: bool = True) -> Ru
     run = Run(record, store)
     run.sync()
     if watch:
+        run._start_tracking()
         run.watch()
     return run
 
@@ -445,6 +469,7 @@ def rerun(run_id: str | None = None, *, store: Store | None = None) -> Run:
     record.handle = dict(backend.submit(plan).data)
     store.save(record)
     run = Run(record, store, backend)
+    run._start_tracking()
     run.watch()
     return run
 

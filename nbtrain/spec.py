@@ -7,6 +7,7 @@ Bad values raise :class:`~nbtrain.errors.SpecError` naming the field, the value 
 from __future__ import annotations
 
 import enum
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
@@ -58,6 +59,11 @@ class MixedPrecision(_Choice):
     FP16 = "fp16"
     BF16 = "bf16"
     FP8 = "fp8"
+
+
+def tracking_default() -> bool:
+    """MLflow tracking is on unless the environment says NBTRAIN_TRACKING=0 (or false/off/no)."""
+    return os.environ.get("NBTRAIN_TRACKING", "1").strip().lower() not in ("0", "false", "off", "no")
 
 
 def slugify(name: str) -> str:

@@ -48,6 +48,7 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """A fresh NBTRAIN_HOME; after the test, fail if any gang process is left (and kill it)."""
     root = tmp_path / "nbtrain-home"
     monkeypatch.setenv("NBTRAIN_HOME", str(root))
+    monkeypatch.setenv("NBTRAIN_TRACKING", "0")  # MLflow tracking is tested where it is the subject
     yield root
     run_ids = {p.name for p in (root / "runs").iterdir()} if (root / "runs").is_dir() else set()
     deadline = time.monotonic() + 5  # a supervisor that just wrote its verdict is allowed to finish exiting

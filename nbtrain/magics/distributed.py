@@ -60,6 +60,7 @@ def spec_from_args(args: Any) -> JobSpec:
             max_capture_mb=args.max_capture_mb,
             allow_secrets=args.allow_secrets,
             experiment=args.experiment,
+            tracking=not args.no_tracking,
             checkpoint_dir=args.checkpoint_dir,
             max_restarts=args.max_restarts,
             keep_checkpoints=args.keep_checkpoints,
@@ -118,7 +119,9 @@ class DistributedMagics(Magics):
               help="Seconds before a hung collective fails the gang (torch's default is 30 min). Default 600.")
     @argument("--max-capture-mb", type=float, default=50.0, help="Cap on pickled notebook objects. Default 50.")
     @argument("--allow-secrets", action="store_true", help="Ship values that look like secrets anyway.")
-    @argument("--experiment", default=None, help="MLflow experiment (tracking).")
+    @argument("--experiment", default=None, help="MLflow experiment (default: the notebook's name).")
+    @argument("--no-tracking", action="store_true",
+              help="Don't record the run in MLflow (NBTRAIN_TRACKING=0 makes that the default).")
     @argument("--checkpoint-dir", default=None, help="Checkpoint root for nbtrain.save_checkpoint.")
     @argument("--max-restarts", type=int, default=0, help="Restart the gang from its last checkpoint up to K times.")
     @argument("--keep-checkpoints", type=int, default=3, help="Complete checkpoints kept per run. Default 3.")

@@ -142,8 +142,27 @@ def _user_traceback(error: BaseException) -> str:
     return "".join(traceback.format_exception(type(error), error, tb or error.__traceback__))
 
 
+def _annotate(text: str, manifest: dict[str, Any], main_path: str) -> str:
+    """Add the user's cell line to every traceback line that points into the cell's part of main.py."""
+    cell = manifest.get("cell") or {}
+    main_line, offset = cell.get("main_line"), int(cell.get("line_offset", 1) or 1)
+    if not main_line:
+        return text
+    marker = f'File "{main_path}", line '
+    out = []
+    for line in text.splitlines(keepends=True):
+        at = line.find(marker)
+        if at >= 0:
+            digits = line[at + len(marker):].split(",", 1)[0].strip()
+            if digits.isdigit() and int(digits) >= int(main_line):
+                cell_line = int(digits) - int(main_line) + 1 + offset
+                line = line.rstrip("\n") + f"  [cell line {cell_line}]\n"
+        out.append(line)
+    return "".join(out)
+
+
 def _report_error(ctx: context.WorkerContext, error: BaseException, manifest: dict[str, Any], main_path: str) -> None:
-    text = _user_traceback(error)
+    text = _annotate(_user_traceback(error), manifest, main_path)
     cell_line = _cell_line(manifest, error, main_path)
     where = f" (cell line {cell_line})" if cell_line else ""
     sys.stderr.write(f"[nbtrain] rank {ctx.rank} failed{where}:\n{text}")

@@ -54,7 +54,7 @@ def _tracking_url(run: Run) -> str | None:
     except ImportError:
         return None
     try:
-        return tracking_url(run.record)
+        return tracking_url(run.record, store=run.store)
     except Exception:  # noqa: BLE001 - a link is optional
         return None
 

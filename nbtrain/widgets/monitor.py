@@ -69,6 +69,7 @@ class MonitorWidget(anywidget.AnyWidget):
         self._last_flush = 0.0
         self._last_traits = 0.0
         self._stopping = False
+        self.front_end_seen = False  # a browser view said hello: it renders the final state itself
         self.messages_sent = 0  # custom messages + trait syncs, for benchmarks
         for key, points in run.view.metrics.get(0, {}).items():  # what the handle saw before the widget existed
             self._model.series[key] = [(float(step), value) for _, step, value in points]
@@ -112,7 +113,10 @@ class MonitorWidget(anywidget.AnyWidget):
         values = self._state_traits(state)
         with self.hold_sync():  # one comm message for all trait changes
             for name, value in values.items():
-                if getattr(self, name) != value:
+                current = getattr(self, name)
+                if name == "header" and {**current, "now": None} == {**value, "now": None}:
+                    continue  # only the clock moved: nothing to send
+                if current != value:
                     setattr(self, name, value)
         self._last_state = state
         self.messages_sent += 1
@@ -121,6 +125,7 @@ class MonitorWidget(anywidget.AnyWidget):
     def _on_front_end_message(self, widget: Any, content: dict[str, Any], buffers: list[bytes]) -> None:
         kind = content.get("type") if isinstance(content, dict) else None
         if kind == "hello":
+            self.front_end_seen = True
             with self._lock:
                 self.send(self._model.snapshot())
                 self.messages_sent += 1
@@ -150,7 +155,7 @@ class MonitorWidget(anywidget.AnyWidget):
         except ImportError:
             return None
         try:
-            return tracking_url(self._run.record)
+            return tracking_url(self._run.record, store=self._run.store)
         except Exception:  # noqa: BLE001 - a link is optional
             return None
 

@@ -39,24 +39,26 @@ def rank_states(view: RunView, nodes_count: int, procs: int, now: float, limits:
     """The rank grid (PROTOCOL.md ``ranks``): per rank state, step, age and straggler flag, grouped by node.
 
     States: starting (not heard from), running, done, failed, stalled (running but silent for
-    ``limits.stall_after_s``). A straggler is a running rank whose step is behind the median by more
+    ``limits.stall_after_s``), stopped (the run ended around a rank that neither finished nor failed). A straggler is a running rank whose step is behind the median by more
     than ``max(straggler_min_gap, straggler_fraction * median)``.
     """
     world_size = nodes_count * procs
     steps = [info.last_step for info in view.ranks.values() if info.last_step is not None and not info.error]
     median = int(statistics.median(steps)) if steps else None
-    counts = dict.fromkeys(("starting", "running", "done", "failed", "stalled", "straggler"), 0)
+    counts = dict.fromkeys(("starting", "running", "done", "failed", "stalled", "stopped", "straggler"), 0)
     nodes: dict[int, list[list[Any]]] = {}
     for rank in range(world_size):
         info = view.ranks.get(rank)
         age = round(now - info.last_seen, 1) if info and info.last_seen else None
         if info is None or (info.pid is None and info.last_step is None and not info.done and not info.error):
-            state = "starting"
+            state = "stopped" if run_state.terminal else "starting"
         elif info.error:
             state = "failed"
         elif info.done:
             state = "done"
-        elif not run_state.terminal and age is not None and age > limits.stall_after_s:
+        elif run_state.terminal:
+            state = "stopped"
+        elif age is not None and age > limits.stall_after_s:
             state = "stalled"
         else:
             state = "running"
@@ -93,6 +95,7 @@ class MonitorModel:
     series: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
     pending_points: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
     seq: int = 0
+    line_attempt: int = 0
 
     def __post_init__(self) -> None:
         self.merged = deque(maxlen=self.limits.merged_lines)
@@ -108,6 +111,16 @@ class MonitorModel:
         """Take the new lines and rank-0 metric points of ``batch``."""
         for line in batch.lines:
             if line.rank is None:
+                continue
+            if line.attempt > self.line_attempt:
+                # a new attempt writes new log files: indices restart, so they stay positions on disk
+                self.line_attempt = line.attempt
+                self.line_counts.clear()
+                self.recent.clear()
+                self.merged.clear()
+                self.pending_lines.clear()
+                self.pending_total.clear()
+            elif line.attempt < self.line_attempt:
                 continue
             index = self.line_counts.get(line.rank, 0)
             self.line_counts[line.rank] = index + 1

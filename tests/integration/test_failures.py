@@ -34,6 +34,7 @@ def test_raising_rank_fails_the_gang_fast_and_is_named(shell: Any, run_cell: Any
     assert failure.rank == 3 and failure.node == 1
     assert failure.exc_type == "ValueError"
     assert "bad batch on rank three" in failure.traceback
+    assert "[cell line 9]" in failure.traceback  # main.py's frame points back at the user's cell
     assert failure.cell_line == 9  # the `raise` is line 9 of the cell as the user sees it
     assert "rank 3 (node 1) failed: ValueError: bad batch on rank three (cell line 9)" in str(caught.value)
     # the whole gang ended within 10 s of the raise

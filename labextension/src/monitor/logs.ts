@@ -201,11 +201,16 @@ export class LogStore {
 
   /** The `page` message that loads older lines of `rank`, or null (nothing older, or one in flight). */
   requestOlder(rank: number, total: number): OutMsg | null {
-    if (this.isLoading(rank) || !this.hasOlder(rank, total)) return null;
-    const before = this.rank(rank).firstIndex ?? total;
+    if (!this.hasOlder(rank, total)) return null;
+    return this.requestPage(rank, this.rank(rank).firstIndex ?? total, PAGE_LIMIT);
+  }
+
+  /** The `page` message for up to `limit` lines before index `before`, or null while one is in flight. */
+  requestPage(rank: number, before: number, limit: number): OutMsg | null {
+    if (this.isLoading(rank) || before <= 0) return null;
     this.pending.set(rank, this.now());
     this.version++;
-    return { type: "page", rank, before, limit: PAGE_LIMIT };
+    return { type: "page", rank, before, limit: Math.max(1, Math.min(limit, PAGE_LIMIT)) };
   }
 
   /** Follow the tail of a detached rank again: returns the `page` message for its newest lines. */

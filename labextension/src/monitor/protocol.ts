@@ -14,7 +14,8 @@ export type RunState =
   | "failed"
   | "cancelled";
 
-export type RankState = "starting" | "running" | "done" | "failed" | "stalled";
+/** `stopped`: ended without finishing (the run was cancelled, or the gang torn down after another rank failed). */
+export type RankState = "starting" | "running" | "done" | "failed" | "stalled" | "stopped";
 
 export interface Header {
   run_id: string;
@@ -108,19 +109,18 @@ export type Point = [number, number | null];
 export interface BatchMsg {
   type: "batch";
   seq: number;
-  points: Record<string, Point[]>;
+  /** Missing when the batch has no points (the JS tolerates any of these fields being absent). */
+  points?: Record<string, Point[]>;
   /** `[rank, index, text]` */
-  lines: [number, number, string][];
+  lines?: [number, number, string][];
   dropped?: Record<string, number>;
 }
 
 export interface SnapshotMsg {
   type: "snapshot";
-  /** Extension: seq of the last batch already reflected in this snapshot (see PROTOCOL.md). */
-  seq?: number;
-  points: Record<string, Point[]>;
-  lines: Record<string, [number, string][]>;
-  merged: [number, number, string][];
+  points?: Record<string, Point[]>;
+  lines?: Record<string, [number, string][]>;
+  merged?: [number, number, string][];
 }
 
 export interface PageMsg {

@@ -73,8 +73,9 @@ def test_stragglers_and_stalled_ranks_stand_out() -> None:
     assert sum(c[4] for c in cells.values()) == 1
     assert [n["node"] for n in grid["nodes"]] == [0, 1] and len(grid["nodes"][1]["ranks"]) == 4
     assert grid["counts"]["stalled"] == 1 and grid["counts"]["straggler"] == 1
-    # once the run is over nobody is "stalled"
-    assert model.ranks(view, RunState.SUCCEEDED, now=feed.t + 1)["counts"]["stalled"] == 0
+    # once the run is over nobody is "stalled" or "running": ranks that did not finish were stopped
+    over = model.ranks(view, RunState.CANCELLED, now=feed.t + 1)["counts"]
+    assert over["stalled"] == 0 and over["running"] == 0 and over["stopped"] == 8
 
 
 def test_rank_grid_scales_to_512_ranks() -> None:

@@ -1,0 +1,42 @@
+"""MLflow tracking is on by default for a %%distributed cell: the run appears in MLflow's default store."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+
+def test_cell_is_tracked_in_the_default_store(shell: Any, run_cell: Any, tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NBTRAIN_TRACKING", "1")
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.chdir(tmp_path)
+    run_cell('''%%distributed --nodes 1 --gpus 2 --name tracked --experiment wiring --out run --no-monitor
+from accelerate import Accelerator
+accelerator = Accelerator()
+for step in range(6):
+    accelerator.log({"loss": 1.0 / (step + 1)}, step=step)
+''')
+    run = shell.user_ns["run"]
+    assert run.wait(timeout=180).value == "succeeded"
+    assert (tmp_path / "mlflow.db").exists()
+    import mlflow
+
+    client = mlflow.MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    (found,) = client.search_runs([client.get_experiment_by_name("wiring").experiment_id])
+    assert found.info.run_id == run.record.tracking_run_id and found.info.status == "FINISHED"
+    history = [(m.step, m.value) for m in client.get_metric_history(found.info.run_id, "loss")]
+    assert sorted(history) == run.metrics(0)["loss"]
+    assert found.data.tags["nbtrain.run_id"] == run.id
+
+
+def test_no_tracking_flag(shell: Any, run_cell: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NBTRAIN_TRACKING", "1")
+    monkeypatch.chdir(tmp_path)
+    run_cell("%%distributed --dry-run --no-tracking\nx = 1\n")
+    run_cell("%%distributed --nodes 1 --gpus 1 --no-tracking --out run --no-monitor --block\nx = 1\n")
+    assert shell.user_ns["run"].record.tracking_run_id is None and not (tmp_path / "mlflow.db").exists()
