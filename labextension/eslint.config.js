@@ -3,7 +3,7 @@ import js from "@eslint/js";
 import tseslint from "typescript-eslint";
 
 export default tseslint.config(
-  { ignores: ["build/", "node_modules/"] },
+  { ignores: ["build/", "lib/", "node_modules/"] },
   js.configs.recommended,
   {
     files: ["**/*.ts"],

@@ -1,0 +1,58 @@
+/** Text for the runs panel and the status bar (pure). */
+
+import { formatDuration } from "../monitor/format";
+import type { RunState, RunSummary } from "./wire";
+import { isActive } from "./wire";
+
+export { formatDuration };
+
+const LABELS: Record<RunState, string> = {
+  pending: "Pending",
+  queued: "Queued",
+  starting: "Starting",
+  running: "Running",
+  succeeded: "Succeeded",
+  failed: "Failed",
+  cancelled: "Cancelled",
+};
+
+export function stateText(state: RunState): string {
+  return LABELS[state];
+}
+
+/**
+ * Seconds the run has lasted: its final duration once ended, else the server's figure plus the time
+ * since the row arrived (so a skewed browser clock does not matter).
+ */
+export function liveDuration(run: RunSummary, receivedAt: number, now: number): number {
+  if (!isActive(run.state)) return run.duration;
+  return run.duration + Math.max(0, now - receivedAt);
+}
+
+/** `14:03:07` today, `Nov 28 14:03` before. */
+export function formatStart(epochSeconds: number | null, now: Date = new Date()): string {
+  if (epochSeconds === null) return "";
+  const when = new Date(epochSeconds * 1000);
+  const pad = (n: number): string => String(n).padStart(2, "0");
+  const time = `${pad(when.getHours())}:${pad(when.getMinutes())}`;
+  if (when.toDateString() === now.toDateString()) return `${time}:${pad(when.getSeconds())}`;
+  const month = when.toLocaleString("en", { month: "short" });
+  return `${month} ${when.getDate()} ${time}`;
+}
+
+/** `local · 1 × 2 = 2 ranks`. */
+export function gangText(run: RunSummary): string {
+  const ranks = run.worldSize === 1 ? "1 rank" : `${run.worldSize} ranks`;
+  return `${run.backend} · ${run.nodes} × ${run.procs} = ${ranks}`;
+}
+
+/** `step 42 / 100`, `step 42`, or `` before the first step. */
+export function stepText(run: RunSummary): string {
+  if (run.step === null) return "";
+  return run.total !== null ? `step ${run.step} / ${run.total}` : `step ${run.step}`;
+}
+
+/** The status bar's words: `nbtrain: 2 active runs`. */
+export function activeRunsText(count: number): string {
+  return `nbtrain: ${count} active ${count === 1 ? "run" : "runs"}`;
+}

@@ -1,0 +1,61 @@
+/**
+ * nbtrain's JupyterLab plugin: the "Distributed runs" sidebar panel, the `nbtrain:*` commands (palette,
+ * notebook toolbar and context menus; the last two declared in schema/plugin.json) and a status bar
+ * item with the number of active runs. Everything talks to the server extension's REST API.
+ */
+
+import type { JupyterFrontEnd, JupyterFrontEndPlugin } from "@jupyterlab/application";
+import { ILayoutRestorer } from "@jupyterlab/application";
+import { ICommandPalette } from "@jupyterlab/apputils";
+import { INotebookTracker } from "@jupyterlab/notebook";
+import { IStatusBar } from "@jupyterlab/statusbar";
+
+import { NbtrainAPI } from "./api";
+import { CommandIDs, registerCommands } from "./commands";
+import { RunsPanel } from "./panel";
+import { RunsModel } from "./runs-model";
+import { ActiveRunsItem } from "./statusbar";
+
+const PALETTE_CATEGORY = "nbtrain";
+
+function activate(
+  app: JupyterFrontEnd,
+  palette: ICommandPalette | null,
+  notebooks: INotebookTracker | null,
+  statusBar: IStatusBar | null,
+  restorer: ILayoutRestorer | null,
+): void {
+  const model = new RunsModel({ api: new NbtrainAPI(app.serviceManager.serverSettings) });
+  const panel = new RunsPanel(model, app.commands);
+  app.shell.add(panel, "left", { rank: 650, type: "Distributed runs" });
+  restorer?.add(panel, "nbtrain-runs");
+  const showRuns = (): void => app.shell.activateById(panel.id);
+
+  registerCommands({ app, model, notebooks, showRuns });
+  for (const command of [CommandIDs.runCellDistributed, CommandIDs.exportNotebook, CommandIDs.attachRun, CommandIDs.showRuns]) {
+    palette?.addItem({ command, category: PALETTE_CATEGORY });
+  }
+
+  statusBar?.registerStatusItem("nbtrain:active-runs", {
+    item: new ActiveRunsItem(model, showRuns),
+    align: "left",
+    rank: 50,
+  });
+
+  // enabled states follow the runs (per-run buttons) and the active cell (toolbar, menus)
+  model.changed.connect(() => app.commands.notifyCommandChanged());
+  notebooks?.activeCellChanged.connect(() => app.commands.notifyCommandChanged(CommandIDs.runCellDistributed));
+  notebooks?.currentChanged.connect(() => app.commands.notifyCommandChanged());
+
+  model.start();
+}
+
+const plugin: JupyterFrontEndPlugin<void> = {
+  id: "nbtrain:plugin",
+  description: "Distributed runs panel, nbtrain commands and the active-runs status item.",
+  autoStart: true,
+  optional: [ICommandPalette, INotebookTracker, IStatusBar, ILayoutRestorer],
+  activate,
+};
+
+export default plugin;

@@ -1,0 +1,118 @@
+/**
+ * Wire models of the server extension's REST API (nbtrain/server/runs.py) and their parsers (pure).
+ *
+ * The server is trusted but versioned separately from this bundle (a stale browser tab, a newer
+ * wheel): every payload is checked here once, so the views only ever see well-formed values.
+ */
+
+export type RunState = "pending" | "queued" | "starting" | "running" | "succeeded" | "failed" | "cancelled";
+
+const STATES: readonly RunState[] = ["pending", "queued", "starting", "running", "succeeded", "failed", "cancelled"];
+const ACTIVE: ReadonlySet<RunState> = new Set<RunState>(["pending", "queued", "starting", "running"]);
+
+/** True while a run can still change: pending, queued, starting or running. */
+export function isActive(state: RunState): boolean {
+  return ACTIVE.has(state);
+}
+
+/** One row of `GET /nbtrain/runs` (and of each `/nbtrain/events` message). Times are epoch seconds. */
+export interface RunSummary {
+  id: string;
+  name: string;
+  state: RunState;
+  backend: string;
+  nodes: number;
+  procs: number;
+  worldSize: number;
+  created: number;
+  started: number | null;
+  ended: number | null;
+  /** Seconds from start to end, or to the server's clock when the row was sent (live runs). */
+  duration: number;
+  attempt: number;
+  step: number | null;
+  total: number | null;
+  failure: string | null;
+  notebook: string | null;
+  trackingUrl: string | null;
+  attachCode: string;
+  canResume: boolean;
+}
+
+/** `POST /nbtrain/export`'s answer: the job directory (relative to the server root) and its files. */
+export interface ExportResult {
+  path: string;
+  files: string[];
+}
+
+/** The server's JSON error body: `{"error": "RunNotFoundError", "message": "..."}`. */
+export interface ErrorBody {
+  error: string;
+  message: string;
+}
+
+type Json = Record<string, unknown>;
+
+function isObject(value: unknown): value is Json {
+  return typeof value === "object" && value !== null && !Array.isArray(value);
+}
+
+function num(value: unknown): number | null {
+  return typeof value === "number" && Number.isFinite(value) ? value : null;
+}
+
+function str(value: unknown): string | null {
+  return typeof value === "string" ? value : null;
+}
+
+/** A run row from the wire, or null when it lacks an id or a known state. */
+export function parseRunSummary(value: unknown): RunSummary | null {
+  if (!isObject(value)) return null;
+  const id = str(value.id);
+  const state = str(value.state);
+  if (!id || !STATES.includes(state as RunState)) return null;
+  const nodes = num(value.nodes) ?? 1;
+  const procs = num(value.procs) ?? 1;
+  const created = num(value.created) ?? 0;
+  return {
+    id,
+    name: str(value.name) ?? id,
+    state: state as RunState,
+    backend: str(value.backend) ?? "",
+    nodes,
+    procs,
+    worldSize: num(value.world_size) ?? nodes * procs,
+    created,
+    started: num(value.started),
+    ended: num(value.ended),
+    duration: Math.max(0, num(value.duration) ?? 0),
+    attempt: num(value.attempt) ?? 0,
+    step: num(value.step),
+    total: num(value.total),
+    failure: str(value.failure),
+    notebook: str(value.notebook),
+    trackingUrl: str(value.tracking_url),
+    attachCode: str(value.attach_code) ?? `import nbtrain\nrun = nbtrain.attach(${JSON.stringify(id)})\nrun.show()`,
+    canResume: value.can_resume === true,
+  };
+}
+
+/** The rows of `{"runs": [...]}` (the list endpoint and each server-sent event); bad rows are dropped. */
+export function parseRunList(value: unknown): RunSummary[] {
+  if (!isObject(value) || !Array.isArray(value.runs)) return [];
+  return value.runs.map(parseRunSummary).filter((row): row is RunSummary => row !== null);
+}
+
+export function parseExportResult(value: unknown): ExportResult | null {
+  if (!isObject(value)) return null;
+  const path = str(value.path);
+  if (path === null) return null;
+  const files = Array.isArray(value.files) ? value.files.filter((f): f is string => typeof f === "string") : [];
+  return { path, files };
+}
+
+export function parseErrorBody(value: unknown): ErrorBody | null {
+  if (!isObject(value)) return null;
+  const message = str(value.message);
+  return message === null ? null : { error: str(value.error) ?? "Error", message };
+}

@@ -1,0 +1,55 @@
+import assert from "node:assert/strict";
+import { describe, it } from "node:test";
+
+import { activeRunsText, gangText, liveDuration, stepText } from "../src/plugin/format";
+import { isActive, parseErrorBody, parseExportResult, parseRunList, parseRunSummary } from "../src/plugin/wire";
+
+// a row as nbtrain/server/runs.py:run_summary writes it
+const ROW = {
+  id: "digits-3fa9c2", name: "digits", state: "running", backend: "local", nodes: 2, procs: 2, world_size: 4,
+  created: 1764455000.0, started: 1764455001.5, ended: null, duration: 12.5, attempt: 0, step: 42, total: 100,
+  failure: null, notebook: "train.ipynb", tracking_url: null,
+  attach_code: "import nbtrain\nrun = nbtrain.attach('digits-3fa9c2')\nrun.show()", can_resume: false,
+};
+
+describe("wire", () => {
+  it("parses a server row", () => {
+    const run = parseRunSummary(ROW);
+    assert.ok(run);
+    assert.equal(run.worldSize, 4);
+    assert.equal(run.attachCode, ROW.attach_code);
+    assert.equal(run.trackingUrl, null);
+    assert.equal(gangText(run), "local · 2 × 2 = 4 ranks");
+    assert.equal(stepText(run), "step 42 / 100");
+  });
+
+  it("drops rows without an id or a known state, keeps the rest of the list", () => {
+    const runs = parseRunList({ runs: [ROW, { ...ROW, id: "" }, { ...ROW, id: "x", state: "exploded" }, null] });
+    assert.deepEqual(runs.map((r) => r.id), ["digits-3fa9c2"]);
+    assert.deepEqual(parseRunList({ nope: 1 }), []);
+  });
+
+  it("fills in what an older server does not send", () => {
+    const run = parseRunSummary({ id: "a-1", state: "succeeded" });
+    assert.ok(run);
+    assert.equal(run.worldSize, 1);
+    assert.match(run.attachCode, /nbtrain\.attach\("a-1"\)/);
+  });
+
+  it("parses export answers and errors", () => {
+    assert.deepEqual(parseExportResult({ path: "nb-job", files: ["train.py", 3] }), { path: "nb-job", files: ["train.py"] });
+    assert.equal(parseExportResult({ files: [] }), null);
+    assert.deepEqual(parseErrorBody({ error: "SpecError", message: "bad" }), { error: "SpecError", message: "bad" });
+  });
+
+  it("counts live durations on from when the row arrived, and stops at the end", () => {
+    const run = parseRunSummary(ROW);
+    assert.ok(run);
+    assert.equal(liveDuration(run, 100, 103), 15.5);
+    assert.equal(liveDuration({ ...run, state: "succeeded" }, 100, 200), 12.5);
+    assert.equal(isActive("queued"), true);
+    assert.equal(isActive("cancelled"), false);
+    assert.equal(activeRunsText(1), "nbtrain: 1 active run");
+    assert.equal(activeRunsText(0), "nbtrain: 0 active runs");
+  });
+});
