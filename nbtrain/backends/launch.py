@@ -30,12 +30,21 @@ def accelerate_argv(
     *,
     python: str,
     use_gpu: bool,
-    node_rank: int,
+    node_rank: int | str,
     main_address: str,
     main_port: int,
     target: LaunchTarget,
+    tee: str | None = None,
+    log_dir: str | None = None,
 ) -> list[str]:
-    """The argv of node ``node_rank``'s launcher (a list, never a shell string)."""
+    """The argv of node ``node_rank``'s launcher (a list, never a shell string).
+
+    ``node_rank`` may be a placeholder the executor expands (Kubernetes: ``$(NBTRAIN_NODE_RANK)``).
+    ``tee``/``log_dir`` add torchelastic's ``--tee``/``--log_dir``: with ``tee="3"`` and
+    ``TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE="[rank${rank}]:"`` in the environment, every line a worker
+    prints reaches the launcher's stdout/stderr prefixed with its global rank (measured with torch 2.x;
+    without it worker output is inherited unprefixed and lines of different ranks interleave).
+    """
     world = spec.world_size
     argv = [python, "-m", "accelerate.commands.launch"]
     if world > 1:
@@ -60,6 +69,10 @@ def accelerate_argv(
     ]
     if spec.nodes > 1:
         argv.append("--same_network")
+    if tee is not None:
+        argv += ["--tee", tee]
+    if log_dir is not None:
+        argv += ["--log_dir", log_dir]
     if target.module:
         argv.append("--module")
     argv.append(target.program)

@@ -1,0 +1,367 @@
+"""The Kubernetes backend: the same cell as a gang of pods (Indexed Job, PyTorchJob or JobSet).
+
+``plan`` is pure (manifests from :mod:`.manifests`); ``submit`` creates them; everything the run
+reports travels in its pods' logs and is mirrored into the store by a :class:`~.mirror.Mirror`
+running in whichever process watches the run, so ``logs()``, ``attach`` and ``Run.result()`` keep
+working after the pods are gone. See :class:`nbtrain.backends.base.Backend` for the contracts.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from nbtrain.backends.base import Batch, Failure, LogLine, Plan, RunHandle, RunState, RunStatus
+from nbtrain.backends.kubernetes import manifests as mf
+from nbtrain.backends.kubernetes import names as nm
+from nbtrain.backends.kubernetes.api import KubeApi, kubeconfig_namespace
+from nbtrain.backends.kubernetes.config import KubeOptions
+from nbtrain.backends.kubernetes.files import AttemptFiles
+from nbtrain.backends.kubernetes.mirror import Mirror, Target
+from nbtrain.backends.kubernetes.payload import build_payload
+from nbtrain.backends.kubernetes.pod import PodInputs
+from nbtrain.backends.kubernetes.podstate import parse_time
+from nbtrain.backends.kubernetes.validate import check_spec
+from nbtrain.errors import BackendError, NbtrainError, SpecError
+from nbtrain.events import Event, FileTail, parse_line
+from nbtrain.runtime.shipping import runtime_files
+from nbtrain.spec import Device, JobSpec
+from nbtrain.store import Store
+
+__all__ = ["KubernetesBackend", "stop_mirrors"]
+
+CANCEL_TIMEOUT_S = 60.0
+
+_mirrors: dict[Path, Mirror] = {}  # attempt dir -> the mirror this process runs for it
+_mirrors_lock = threading.Lock()
+
+
+def stop_mirrors(timeout: float = 10.0) -> None:
+    """Stop every mirror of this process and wait for its threads (tests; interpreter shutdown)."""
+    with _mirrors_lock:
+        mirrors = list(_mirrors.values())
+        _mirrors.clear()
+    for mirror in mirrors:
+        mirror.stop()
+    deadline = time.monotonic() + timeout
+    for mirror in mirrors:
+        mirror.join(max(0.0, deadline - time.monotonic()))
+
+
+class KubernetesBackend:
+    """Runs gangs as pods on a Kubernetes cluster. See :class:`nbtrain.backends.base.Backend`."""
+
+    name = "kubernetes"
+
+    def __init__(self, store: Store | None = None, *, options: KubeOptions | None = None) -> None:
+        self.store = store or Store()
+        self.options = options or KubeOptions.from_env()
+        self._apis: dict[str | None, KubeApi] = {}
+        self._lock = threading.Lock()
+
+    def api(self, context: str | None = None) -> KubeApi:
+        """The (lazily connected) API client for kubeconfig ``context`` (None: the configured one)."""
+        with self._lock:
+            if context not in self._apis:
+                self._apis[context] = KubeApi(self.options, context)
+            return self._apis[context]
+
+    # -- plan (pure) ----------------------------------------------------------------------------
+    def plan(self, spec: JobSpec, bundle_dir: str, bundle_digest: str, run_id: str, *, attempt: int = 0) -> Plan:
+        """Build the manifests of ``spec`` (no API call; reads the kubeconfig for its namespace).
+
+        Raises SpecError for what the cluster would refuse: no image, invalid names or quantities,
+        secret-looking ``--env`` values, a bundle over the ConfigMap limit.
+        """
+        options = self.options
+        image = spec.image or options.image
+        if not image:
+            raise SpecError(
+                "--image: the kubernetes backend needs a container image with Python, torch and accelerate "
+                "(nbtrain itself is not needed); pass --image or set NBTRAIN_K8S_IMAGE."
+            )
+        namespace = spec.namespace or options.namespace or kubeconfig_namespace(options) or "default"
+        check_spec(spec, image=image, namespace=namespace)
+        if spec.device is Device.GPU and spec.procs_per_node == 0:
+            raise SpecError("--device gpu with --gpus 0: ask for at least one GPU per pod (--gpus 1).")
+        use_gpu = spec.procs_per_node > 0 and (
+            spec.device is Device.GPU or (spec.device is Device.AUTO and options.device == "gpu"))
+        notices: list[str] = []
+        if not use_gpu:
+            why = "--device cpu" if spec.device is Device.CPU else (
+                "--gpus 0" if spec.procs_per_node == 0 else "NBTRAIN_K8S_DEVICE=cpu")
+            notices.append(f"no GPU requested: {spec.nodes} pod(s) x {spec.procs} CPU process(es) over gloo ({why})")
+        if spec.queue:
+            notices.append(f"queued through Kueue (queue {spec.queue}): the pods start when the whole gang is admitted")
+        names = nm.object_names(run_id, flavor=spec.flavor, nodes=spec.nodes, attempt=attempt)
+        payload = build_payload(bundle_dir, runtime_files())
+        inputs = PodInputs(
+            run_id=run_id, attempt=attempt, image=image, use_gpu=use_gpu, flavor=spec.flavor,
+            main_address=names.main_address, configmap=names.configmap, payload=payload,
+            labels=mf.labels_for(run_id, attempt), options=options,
+        )
+        objects = mf.build_objects(spec, names=names, namespace=namespace, inputs=inputs, bundle_digest=bundle_digest)
+        workload = mf.WORKLOAD_KINDS[spec.flavor]
+        device = (f"GPU: nvidia.com/gpu {spec.procs} per pod (NCCL)" if use_gpu else "CPU (gloo)")
+        describe = "\n".join([
+            f"cluster:   namespace {namespace}" + (f", context {options.context}" if options.context else ""),
+            f"workload:  {workload.kind} {names.base} ({spec.flavor}); image {image}",
+            f"device:    {device}",
+            f"rendezvous: {names.main_address}:{options.port}",
+            f"bundle:    ConfigMap {names.configmap}, {payload.size / 1024:.0f} KiB (bundle + nbtrain runtime)",
+            "manifests (applied in this order):",
+            mf.describe(objects),
+        ])
+        request: dict[str, Any] = {
+            "run_id": run_id,
+            "attempt": attempt,
+            "namespace": namespace,
+            "context": options.context,
+            "flavor": spec.flavor,
+            "kind": workload.kind,
+            "name": names.base,
+            "nodes": spec.nodes,
+            "procs": spec.procs,
+            "world_size": spec.world_size,
+            "queue": spec.queue,
+            "timeout_s": spec.timeout_s,
+            "use_gpu": use_gpu,
+            "objects": objects,
+            "attempt_dir": str(self.store.attempt_dir(run_id, attempt)),
+            "notices": notices,
+            "describe": describe,
+        }
+        return Plan(self.name, run_id, spec, bundle_digest, bundle_dir, request, tuple(notices))
+
+    # -- I/O ------------------------------------------------------------------------------------
+    def submit(self, plan: Plan, *, dry_run: bool = False) -> RunHandle:
+        """Create the workload, then what it owns (ownerReferences from its uid); start following it.
+
+        If an owned object cannot be created, the workload is deleted again and the error raised.
+        ``dry_run``: a server-side dry run with strict field validation (nothing is created).
+        """
+        request = plan.request
+        api = self.api(request["context"])
+        namespace = request["namespace"]
+        objects: list[dict[str, Any]] = list(request["objects"])
+        created = api.create(objects[0], namespace, dry_run=dry_run)
+        owner = {**created, "apiVersion": objects[0]["apiVersion"], "kind": objects[0]["kind"]}
+        owner.setdefault("metadata", {}).setdefault("uid", "dry-run")
+        applied = [objects[0]]
+        try:
+            for obj in objects[1:]:
+                owned = mf.owned_by(obj, owner)
+                api.create(owned, namespace, dry_run=dry_run)
+                applied.append(owned)
+        except NbtrainError:
+            if not dry_run:
+                try:
+                    api.delete(request["kind"], request["name"], namespace)
+                except NbtrainError:
+                    pass  # the original error is the one to report
+            raise
+        data = {k: request[k] for k in ("attempt", "namespace", "context", "flavor", "kind", "name", "nodes",
+                                         "procs", "world_size", "queue", "timeout_s", "notices")}
+        data["uid"] = owner["metadata"].get("uid")
+        handle = RunHandle(self.name, plan.run_id, data)
+        if dry_run:
+            return handle
+        root = Path(request["attempt_dir"])
+        root.mkdir(parents=True, exist_ok=True)
+        (root / "manifests.yaml").write_text(yaml.safe_dump_all(applied, sort_keys=False), encoding="utf-8")
+        self._mirror(handle)
+        return handle
+
+    def _target(self, handle: RunHandle, attempt: int | None = None) -> Target:
+        d = handle.data
+        if "name" not in d:
+            raise BackendError(f"run {handle.run_id} has no Kubernetes handle (it was never submitted).")
+        return Target(
+            run_id=handle.run_id, attempt=int(d.get("attempt", 0)) if attempt is None else attempt,
+            namespace=str(d["namespace"]), flavor=str(d.get("flavor", "job")), kind=str(d.get("kind", "Job")),
+            name=str(d["name"]), nodes=int(d.get("nodes", 1)), procs=int(d.get("procs", 1)),
+            queue=d.get("queue"), timeout_s=d.get("timeout_s"), notices=tuple(d.get("notices") or ()),
+        )
+
+    def _root(self, handle: RunHandle) -> Path:
+        return self.store.attempt_dir(handle.run_id, int(handle.data.get("attempt", 0)))
+
+    def _mirror(self, handle: RunHandle) -> Mirror | None:
+        """The live mirror of ``handle`` in this process, started if no process follows the run yet."""
+        root = self._root(handle)
+        with _mirrors_lock:
+            mirror = _mirrors.get(root)
+            if mirror is not None and mirror.alive:
+                return mirror
+            if _terminal(AttemptFiles(root).read_status()):
+                return None
+            mirror = Mirror(self.api(handle.data.get("context")), self._target(handle), root,
+                            log_streams=self.options.log_streams)
+            if not mirror.start():
+                return None  # another process mirrors this run
+            _mirrors[root] = mirror
+            return mirror
+
+    def status(self, handle: RunHandle) -> RunStatus:
+        """From this process's mirror; else status.json (the verdict, or another mirroring process's view)."""
+        if "name" not in handle.data:
+            return RunStatus(RunState.PENDING)
+        root = self._root(handle)
+        with _mirrors_lock:
+            mirror = _mirrors.get(root)
+        if mirror is not None and (mirror.alive or mirror.verdict is not None):
+            return mirror.status()
+        data = AttemptFiles(root).read_status()
+        if data is not None and _terminal(data):
+            return _status_from(data)
+        mirror = self._mirror(handle)
+        if mirror is not None:
+            return mirror.status()
+        data = AttemptFiles(root).read_status()
+        if data is not None:
+            return _status_from(data)
+        return RunStatus(RunState.STARTING, int(handle.data.get("attempt", 0)),
+                         detail="another process is following this run")
+
+    def cursor(self, handle: RunHandle) -> _KubeCursor:
+        """A cursor over every attempt's mirrored events and rank logs, from the beginning."""
+        return _KubeCursor(self, handle)
+
+    def events(self, handle: RunHandle, *, follow: bool = False, poll_s: float = 0.2) -> Iterator[Event]:
+        """See :meth:`Backend.events`."""
+        cursor = self.cursor(handle)
+        while True:
+            terminal = self.status(handle).state.terminal
+            batch = cursor.poll(max_lines=0)
+            yield from batch.events
+            if not follow or (terminal and not batch.events):
+                return
+            if not batch.events:
+                time.sleep(poll_s)
+
+    def logs(self, handle: RunHandle, rank: int, *, tail: int | None = None, attempt: int | None = None) -> list[str]:
+        """See :meth:`Backend.logs`. Reads the mirrored copy; a finished pod's log is fetched first if needed."""
+        if "name" not in handle.data:
+            return []
+        mirror = self._mirror(handle)
+        if mirror is not None:
+            mirror.wait_drained(10.0, finished_only=True)
+        chosen = int(handle.data.get("attempt", 0)) if attempt is None else attempt
+        path = self.store.attempt_dir(handle.run_id, chosen) / "logs" / f"rank-{rank}.log"
+        try:
+            lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+        except FileNotFoundError:
+            return []
+        return lines[-tail:] if tail else lines
+
+    def cancel(self, handle: RunHandle) -> None:
+        """Delete the workload with foreground propagation (its pods, ConfigMap and Service go with it).
+
+        Idempotent; returns once the run is terminal (BackendError if pods remain after 60 s).
+        """
+        if "name" not in handle.data or self.status(handle).state.terminal:
+            return
+        target = self._target(handle)
+        mirror = self._mirror(handle)
+        if mirror is not None:
+            mirror.request_cancel()
+        else:
+            AttemptFiles(self._root(handle)).request_cancel()
+        api = self.api(handle.data.get("context"))
+        api.delete(target.kind, target.name, target.namespace, propagation="Foreground")
+        deadline = time.monotonic() + CANCEL_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.status(handle).state.terminal:
+                return
+            time.sleep(0.2)
+        pods, _ = api.list_items("Pod", target.namespace, label_selector=target.selector)
+        raise BackendError(
+            f"cancel of run {handle.run_id}: {target.kind} {target.name} was deleted but {len(pods)} pod(s) still "
+            f"exist after {CANCEL_TIMEOUT_S:.0f} s in namespace {target.namespace}; check them with "
+            f"kubectl get pods -n {target.namespace} -l {target.selector}"
+        )
+
+    def list(self) -> list[RunHandle]:
+        """Runs in the store that used this backend, and nbtrain workloads in the namespace that it lacks.
+
+        Newest first. Raises the API's error when the cluster cannot be listed.
+        """
+        handles = [(r.created, RunHandle(self.name, r.run_id, r.handle)) for r in self.store.records()
+                   if r.backend == self.name]
+        known = {h.run_id for _, h in handles}
+        namespace = self.options.namespace or kubeconfig_namespace(self.options) or "default"
+        items, _ = self.api().list_items("Job", namespace, label_selector=f"{nm.LABEL_MANAGED_BY}=nbtrain")
+        for item in items:
+            meta = item.get("metadata") or {}
+            run_id = str((meta.get("annotations") or {}).get(nm.ANNOTATION_RUN_ID) or meta.get("name"))
+            if run_id in known:
+                continue
+            known.add(run_id)
+            spec = item.get("spec") or {}
+            data = {"attempt": int((meta.get("labels") or {}).get(nm.LABEL_ATTEMPT, 0)), "namespace": namespace,
+                    "context": self.options.context, "flavor": "job", "kind": "Job", "name": meta.get("name"),
+                    "nodes": int(spec.get("completions") or 1), "procs": 1, "uid": meta.get("uid")}
+            handles.append((parse_time(meta.get("creationTimestamp")) or 0.0, RunHandle(self.name, run_id, data)))
+        return [h for _, h in sorted(handles, key=lambda x: x[0], reverse=True)]
+
+
+def _terminal(data: dict[str, Any] | None) -> bool:
+    return data is not None and RunState(str(data.get("state"))).terminal
+
+
+def _status_from(data: dict[str, Any]) -> RunStatus:
+    failure = Failure.from_dict(data["failure"]) if data.get("failure") else None
+    return RunStatus(RunState(str(data["state"])), int(data.get("attempt", 0)), data.get("started"),
+                     data.get("ended"), failure, str(data.get("detail", "")))
+
+
+class _KubeCursor:
+    """Keeps the run mirrored (in this process or another) and tails the attempt directories."""
+
+    def __init__(self, backend: KubernetesBackend, handle: RunHandle) -> None:
+        self.backend = backend
+        self.handle = handle
+        self.event_tails: dict[Path, FileTail] = {}
+        self.log_tails: dict[Path, tuple[FileTail, int, int]] = {}
+
+    def _attempts(self) -> list[int]:
+        root = self.backend.store.run_dir(self.handle.run_id) / "attempts"
+        if not root.is_dir():
+            return []
+        return sorted(int(p.name) for p in root.iterdir() if p.name.isdigit())
+
+    def poll(self, *, max_lines: int = 50_000) -> Batch:
+        """See :class:`nbtrain.backends.base.RunCursor`. ``max_lines=0`` skips logs."""
+        if "name" in self.handle.data:
+            try:
+                self.backend._mirror(self.handle)
+            except NbtrainError:
+                pass  # no cluster configuration here: what was mirrored before is still readable
+        events: list[Event] = []
+        lines: list[LogLine] = []
+        for attempt in self._attempts():
+            root = self.backend.store.attempt_dir(self.handle.run_id, attempt)
+            for path in sorted((root / "events").glob("*.jsonl")):
+                tail = self.event_tails.setdefault(path, FileTail(path))
+                for text in tail.read_lines():
+                    event = parse_line(text)
+                    if event is not None:
+                        events.append(event)
+            if max_lines <= 0:
+                continue
+            for path in sorted((root / "logs").glob("rank-*.log")):
+                if path not in self.log_tails:
+                    self.log_tails[path] = (FileTail(path), int(path.stem.split("-")[1]), attempt)
+                tail, rank, att = self.log_tails[path]
+                budget = max_lines - len(lines)
+                if budget <= 0:
+                    break
+                for text in tail.read_lines(max_bytes=min(4 * 1024 * 1024, budget * 200)):
+                    lines.append(LogLine(rank, text, att))
+        return Batch(tuple(events), tuple(lines))
+

@@ -1,0 +1,198 @@
+"""The attempt directory a Kubernetes run is mirrored into (the same layout as a local run's).
+
+::
+
+    attempts/<n>/events/rank-<r>.jsonl    rank r's events, as the worker wrote them (original seq and time)
+    attempts/<n>/events/kubernetes.jsonl  STATE/NOTICE/FAILURE events nbtrain derives from the API objects
+    attempts/<n>/logs/rank-<r>.log        rank r's output lines;  logs/node-<i>.log  the launcher's own lines
+    attempts/<n>/mirror.json              lines already copied from each pod's log (uid -> count)
+    attempts/<n>/status.json              the latest state, and the verdict once the run ended
+    attempts/<n>/mirror.lock              held by the one process that mirrors (flock)
+    attempts/<n>/cancel.request           cancel was asked for (a verdict of CANCELLED follows)
+
+Each append is one ``os.write`` on an ``O_APPEND`` descriptor, so readers (cursors, ``logs()``) see
+whole lines. Positions are saved after the lines they count are written: a mirror that dies between
+the two can at worst copy one batch twice; a broken stream never loses or repeats a line.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import threading
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from nbtrain.backends.kubernetes.lines import Record
+from nbtrain.events import Event, read_events
+from nbtrain.store import read_json
+
+__all__ = ["AttemptFiles", "tail_lines"]
+
+
+def tail_lines(path: Path, count: int) -> list[str]:
+    """The last ``count`` lines of ``path`` ([] when missing)."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            size = handle.tell()
+            handle.seek(max(0, size - 256 * 1024))
+            text = handle.read().decode("utf-8", "replace")
+    except OSError:
+        return []
+    return text.splitlines()[-count:]
+
+
+def _write_json(path: Path, data: Any) -> None:
+    """Atomic replace without fsync (protects against a dying process, which is what matters here)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
+    tmp.write_text(json.dumps(data, sort_keys=True, default=str), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+class AttemptFiles:
+    """Writer (and small reader) of one attempt directory. Thread-safe."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.events_dir = root / "events"
+        self.logs_dir = root / "logs"
+        self._lock = threading.Lock()
+        self._fds: dict[Path, int] = {}
+        self._lock_fd = -1
+        self.positions: dict[str, dict[str, Any]] = {}
+        self.seen: set[tuple[str, int, int]] = set()
+
+    # -- ownership ------------------------------------------------------------------------------
+    def try_lock(self) -> bool:
+        """Become the one mirroring process of this attempt (False: another process is)."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.root / "mirror.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            return False
+        self._lock_fd = fd
+        return True
+
+    def release(self) -> None:
+        """Close every file and give up the lock."""
+        with self._lock:
+            for fd in self._fds.values():
+                os.close(fd)
+            self._fds.clear()
+            if self._lock_fd >= 0:
+                os.close(self._lock_fd)
+                self._lock_fd = -1
+
+    # -- state ----------------------------------------------------------------------------------
+    def load(self) -> list[Event]:
+        """Read positions and every rank event already mirrored (returned, for the caller's bookkeeping)."""
+        try:
+            self.positions = dict(read_json(self.root / "mirror.json").get("pods") or {})
+        except (OSError, ValueError):
+            self.positions = {}
+        events: list[Event] = []
+        for path in sorted(self.events_dir.glob("rank-*.jsonl")):
+            for event in read_events(path):
+                if event.key not in self.seen:
+                    self.seen.add(event.key)
+                    events.append(event)
+        return events
+
+    def own_events(self) -> list[Event]:
+        """The events nbtrain derived so far (events/kubernetes.jsonl)."""
+        return list(read_events(self.events_dir / "kubernetes.jsonl"))
+
+    def position(self, uid: str, name: str, node: int) -> dict[str, Any]:
+        """The copy position of pod ``uid`` (created at 0 lines)."""
+        with self._lock:
+            return self.positions.setdefault(uid, {"name": name, "node": node, "lines": 0, "complete": False})
+
+    def is_complete(self, uid: str) -> bool:
+        """Every line of pod ``uid``'s log that will ever be read is copied."""
+        with self._lock:
+            return bool(self.positions.get(uid, {}).get("complete"))
+
+    def save_positions(self) -> None:
+        """Persist how many lines of each pod's log are copied."""
+        with self._lock:
+            _write_json(self.root / "mirror.json", {"pods": self.positions})
+
+    def read_status(self) -> dict[str, Any] | None:
+        """status.json, or None."""
+        try:
+            data = read_json(self.root / "status.json")
+        except (OSError, ValueError):
+            return None
+        return data if isinstance(data, dict) else None
+
+    def write_status(self, data: dict[str, Any]) -> None:
+        """Replace status.json."""
+        with self._lock:
+            _write_json(self.root / "status.json", data)
+
+    @property
+    def cancel_requested(self) -> bool:
+        """Someone (this process or another) asked to cancel."""
+        return (self.root / "cancel.request").exists()
+
+    def request_cancel(self) -> None:
+        """Record a cancel request."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        (self.root / "cancel.request").touch()
+
+    # -- appends --------------------------------------------------------------------------------
+    def _append(self, path: Path, data: bytes) -> None:
+        fd = self._fds.get(path)
+        if fd is None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = self._fds[path] = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.write(fd, data)
+
+    def append_lines(self, name: str, lines: Iterable[str]) -> None:
+        """Append lines to ``logs/<name>.log``."""
+        data = "".join(line + "\n" for line in lines).encode("utf-8", "replace")
+        if data:
+            with self._lock:
+                self._append(self.logs_dir / f"{name}.log", data)
+
+    def write_records(self, records: Iterable[Record], *, node: int, sole_rank: int | None = None) -> list[Event]:
+        """Append a pod's records: text to ``logs/rank-<r>.log`` (``node-<node>.log`` without a rank, or
+        ``rank-<sole_rank>.log`` when the pod runs one process without torchelastic's prefixes), events
+        to their source's file. Returns the events not seen before."""
+        texts: dict[str, list[str]] = {}
+        events: list[Event] = []
+        for record in records:
+            if record.event is not None:
+                events.append(record.event)
+            elif record.text is not None:
+                rank = record.rank if record.rank is not None else sole_rank
+                name = f"rank-{rank}" if rank is not None else f"node-{node}"
+                texts.setdefault(name, []).append(record.text)
+        for name, chunk in texts.items():
+            self.append_lines(name, chunk)
+        return self.append_events(events)
+
+    def append_events(self, events: Iterable[Event]) -> list[Event]:
+        """Append events not seen before to ``events/<source>.jsonl``; returns the new ones."""
+        fresh: list[Event] = []
+        with self._lock:
+            by_source: dict[str, list[str]] = {}
+            for event in events:
+                if event.key in self.seen:
+                    continue
+                self.seen.add(event.key)
+                fresh.append(event)
+                source = event.source if event.source.startswith("rank-") else f"rank-{event.rank}"
+                by_source.setdefault(source, []).append(event.to_json() + "\n")
+            for source, lines in by_source.items():
+                self._append(self.events_dir / f"{_safe(source)}.jsonl", "".join(lines).encode("utf-8"))
+        return fresh
+
+
+def _safe(source: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_" else "_" for c in source)[:64] or "unknown"

@@ -1,0 +1,213 @@
+"""What a run creates on the cluster, per flavor, as plain API objects (pure; no I/O, no client import).
+
+``build_objects`` returns the objects in creation order: the workload (Job, PyTorchJob or JobSet)
+first, then what it owns (ConfigMap, and the headless Service for the Job flavor). Owned objects get
+their ``ownerReferences`` at submit time, from the workload's uid (:func:`owned_by`), so deleting the
+workload garbage-collects them. Field names are the API's; quantities are strings.
+
+Job flavor (any cluster >= 1.30): an Indexed Job (completions = parallelism = nodes) is not a gang by
+itself, so any non-zero exit of the trainer container fails the whole Job (podFailurePolicy FailJob),
+disruptions (preemption, node drain) are ignored and the pod replaced only once it is gone
+(podReplacementPolicy Failed), and ``backoffLimit: 0`` fails the Job on any other pod failure: a
+replacement pod could not rejoin a static rendezvous anyway.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from nbtrain.backends.kubernetes import names as nm
+from nbtrain.backends.kubernetes.pod import PodInputs, container_name, pod_template
+from nbtrain.spec import JobSpec
+
+__all__ = ["KUEUE_QUEUE_LABEL", "WORKLOAD_KINDS", "Workload", "build_objects", "describe", "owned_by"]
+
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+
+
+@dataclass(frozen=True)
+class Workload:
+    """API coordinates of a flavor's top-level object."""
+
+    api_version: str
+    kind: str
+    plural: str
+    group: str
+    crd: str | None  # the CRD to install when the cluster lacks it
+    install: str | None = None
+
+
+WORKLOAD_KINDS: Mapping[str, Workload] = {
+    "job": Workload("batch/v1", "Job", "jobs", "batch", None),
+    "pytorchjob": Workload(
+        "kubeflow.org/v1", "PyTorchJob", "pytorchjobs", "kubeflow.org", "pytorchjobs.kubeflow.org",
+        "the Kubeflow Training Operator v1 (https://github.com/kubeflow/training-operator)",
+    ),
+    "jobset": Workload(
+        "jobset.x-k8s.io/v1alpha2", "JobSet", "jobsets", "jobset.x-k8s.io", "jobsets.jobset.x-k8s.io",
+        "JobSet (https://jobset.sigs.k8s.io/docs/installation/)",
+    ),
+}
+
+
+def labels_for(run_id: str, attempt: int) -> dict[str, str]:
+    """Labels on every object and pod of one attempt (select pods with both nbtrain keys)."""
+    return {
+        nm.LABEL_MANAGED_BY: "nbtrain",
+        nm.LABEL_RUN_ID: nm.dns_label(run_id),
+        nm.LABEL_ATTEMPT: str(attempt),
+    }
+
+
+def _metadata(name: str, namespace: str, labels: Mapping[str, str], annotations: Mapping[str, str]) -> dict[str, Any]:
+    return {"name": name, "namespace": namespace, "labels": dict(labels), "annotations": dict(annotations)}
+
+
+def _job_spec(spec: JobSpec, template: dict[str, Any], *, ttl_s: int | None, suspend: bool) -> dict[str, Any]:
+    job: dict[str, Any] = {
+        "completionMode": "Indexed",
+        "completions": spec.nodes,
+        "parallelism": spec.nodes,
+        "backoffLimit": 0,
+        "podReplacementPolicy": "Failed",
+        "podFailurePolicy": {"rules": [
+            {"action": "FailJob", "onExitCodes": {
+                "containerName": container_name("job"), "operator": "NotIn", "values": [0]}},
+            {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+        ]},
+        "template": template,
+    }
+    if ttl_s is not None:
+        job["ttlSecondsAfterFinished"] = ttl_s
+    if spec.timeout_s is not None:
+        job["activeDeadlineSeconds"] = math.ceil(spec.timeout_s)
+    if suspend:
+        job["suspend"] = True
+    return job
+
+
+def build_objects(
+    spec: JobSpec, *, names: nm.ObjectNames, namespace: str, inputs: PodInputs, bundle_digest: str,
+) -> list[dict[str, Any]]:
+    """The API objects of one attempt, in creation order (workload first)."""
+    labels = dict(inputs.labels)
+    annotations = {nm.ANNOTATION_RUN_ID: inputs.run_id, nm.ANNOTATION_DIGEST: bundle_digest}
+    workload_labels = dict(labels)
+    if spec.queue:
+        workload_labels[KUEUE_QUEUE_LABEL] = spec.queue
+    suspend = bool(spec.queue)  # Kueue admits a suspended workload all-or-nothing by unsuspending it
+    ttl = inputs.options.ttl_s
+    configmap: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _metadata(names.configmap, namespace, labels, annotations),
+        "immutable": True,
+    }
+    if inputs.payload.data:
+        configmap["data"] = dict(inputs.payload.data)
+    if inputs.payload.binary_data:
+        configmap["binaryData"] = dict(inputs.payload.binary_data)
+
+    if spec.flavor == "pytorchjob":
+        template = pod_template(spec, inputs, subdomain=None)
+        replicas: dict[str, Any] = {"Master": {"replicas": 1, "restartPolicy": "Never", "template": template}}
+        if spec.nodes > 1:
+            replicas["Worker"] = {"replicas": spec.nodes - 1, "restartPolicy": "Never", "template": template}
+        run_policy: dict[str, Any] = {"backoffLimit": 0, "cleanPodPolicy": "None", "ttlSecondsAfterFinished": ttl}
+        if spec.timeout_s is not None:
+            run_policy["activeDeadlineSeconds"] = math.ceil(spec.timeout_s)
+        if suspend:
+            run_policy["suspend"] = True
+        workload = {
+            "apiVersion": "kubeflow.org/v1",
+            "kind": "PyTorchJob",
+            "metadata": _metadata(names.base, namespace, workload_labels, annotations),
+            "spec": {"nprocPerNode": str(spec.procs), "runPolicy": run_policy, "pytorchReplicaSpecs": replicas},
+        }
+        return [workload, configmap]
+
+    if spec.flavor == "jobset":
+        template = pod_template(spec, inputs, subdomain=None)  # JobSet sets the subdomain itself
+        job = _job_spec(spec, template, ttl_s=None, suspend=False)
+        jobset_spec: dict[str, Any] = {
+            "network": {"enableDNSHostnames": True, "publishNotReadyAddresses": True},
+            "failurePolicy": {"maxRestarts": 0},
+            "successPolicy": {"operator": "All"},
+            "ttlSecondsAfterFinished": ttl,
+            "replicatedJobs": [{
+                "name": nm.JOBSET_REPLICATED_JOB,
+                "replicas": 1,
+                "template": {"metadata": {"labels": dict(labels)}, "spec": job},
+            }],
+        }
+        if suspend:
+            jobset_spec["suspend"] = True
+        workload = {
+            "apiVersion": "jobset.x-k8s.io/v1alpha2",
+            "kind": "JobSet",
+            "metadata": _metadata(names.base, namespace, workload_labels, annotations),
+            "spec": jobset_spec,
+        }
+        return [workload, configmap]
+
+    template = pod_template(spec, inputs, subdomain=names.service)
+    workload = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": _metadata(names.base, namespace, workload_labels, annotations),
+        "spec": _job_spec(spec, template, ttl_s=ttl, suspend=suspend),
+    }
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _metadata(names.service, namespace, labels, annotations),
+        "spec": {
+            "clusterIP": "None",  # headless: <job>-<index>.<service> resolves to each pod
+            "publishNotReadyAddresses": True,  # rank 0 must resolve before any pod is Ready
+            "selector": {nm.LABEL_RUN_ID: labels[nm.LABEL_RUN_ID], nm.LABEL_ATTEMPT: labels[nm.LABEL_ATTEMPT]},
+            "ports": [{"name": "rendezvous", "port": inputs.options.port, "targetPort": inputs.options.port,
+                       "protocol": "TCP"}],
+        },
+    }
+    return [workload, configmap, service]
+
+
+def owned_by(obj: Mapping[str, Any], owner: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of ``obj`` whose ownerReferences point at ``owner`` (as returned by the API: needs its uid)."""
+    out = {**obj, "metadata": dict(obj["metadata"])}
+    out["metadata"]["ownerReferences"] = [{
+        "apiVersion": owner["apiVersion"],
+        "kind": owner["kind"],
+        "name": owner["metadata"]["name"],
+        "uid": owner["metadata"]["uid"],
+        "controller": False,
+    }]
+    return out
+
+
+def _abridged(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """A ConfigMap with its file contents replaced by their sizes (for printing)."""
+    out = dict(obj)
+    for field in ("data", "binaryData"):
+        if field in out:
+            out[field] = {k: f"<{len(v)} {'base64 ' if field == 'binaryData' else ''}characters>"
+                          for k, v in out[field].items()}
+    return out
+
+
+def describe(objects: list[dict[str, Any]]) -> str:
+    """The YAML of ``objects`` as ``--dry-run`` prints it (ConfigMap file contents abridged)."""
+    docs = []
+    for obj in objects:
+        shown = _abridged(obj) if obj.get("kind") == "ConfigMap" else obj
+        head = ""
+        if obj is not objects[0]:
+            head = (f"# ownerReferences -> {objects[0]['kind']} {objects[0]['metadata']['name']} "
+                    "(added at submit, from its uid)\n")
+        docs.append(head + yaml.safe_dump(shown, sort_keys=False, default_flow_style=False, width=120))
+    return "---\n" + "---\n".join(docs)

@@ -1,0 +1,508 @@
+"""Follow one attempt on the cluster and mirror it into the store (background threads, bounded).
+
+The notebook is not a controller: a :class:`Mirror` lives in whichever process watches the run (the
+kernel's Run watcher, ``attach``, the CLI), one process at a time (``mirror.lock``), and stops when
+the run has a verdict and its logs are copied. Its threads:
+
+- two watches (not polling): the run's pods by label, and the workload by name. Each resumes from
+  its last resourceVersion when the stream drops, and lists again on 410 Gone;
+- up to ``log_streams`` followers of pod logs (rank 0 and failing pods first; a failing pod takes
+  the slot of a healthy one). A follower that loses its stream reads the log again from the start
+  and skips the lines already copied (counted per pod in mirror.json), so no line is lost or repeated;
+- a coordinator that turns what the watches show into STATE/NOTICE events and, once the workload
+  has ended and the logs are drained (or ``DRAIN_S`` passed), the verdict (with the first failure).
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from nbtrain.backends.base import Failure, RunState, RunStatus
+from nbtrain.backends.kubernetes import names as nm
+from nbtrain.backends.kubernetes.api import KubeApi, Stream, watch_until
+from nbtrain.backends.kubernetes.errors import KubeApiError
+from nbtrain.backends.kubernetes.files import AttemptFiles, tail_lines
+from nbtrain.backends.kubernetes.lines import LineSplitter
+from nbtrain.backends.kubernetes.pod import container_name
+from nbtrain.backends.kubernetes.podstate import (
+    Live,
+    OwnerState,
+    PodInfo,
+    first_failure,
+    follow_order,
+    live_state,
+    owner_state,
+    pod_info,
+    preemptable,
+)
+from nbtrain.backends.kubernetes.target import Target
+from nbtrain.backends.local import triage
+from nbtrain.errors import NbtrainError
+from nbtrain.events import Event, EventKind, EventWriter
+
+__all__ = ["Mirror", "Target"]
+
+WATCH_TIMEOUT_S = 45  # the server ends each watch after this; we resume from the last resourceVersion
+DRAIN_S = 20.0  # after the workload ended, wait this long at most for the logs before the verdict
+CANCEL_WAIT_S = 45.0
+DONE_WAIT_S = 10.0  # every rank reported RANK_DONE: wait this long for the workload to say Complete
+EVENTS_EVERY_S = 5.0
+LAST_LINES = 40
+
+
+class _Follower:
+    """One log-following thread, which the scheduler can ask to give its stream up."""
+
+    def __init__(self) -> None:
+        self.thread = threading.Thread()
+        self.stop = threading.Event()
+        self.stream: Stream | None = None
+
+    def preempt(self) -> None:
+        self.stop.set()
+        if self.stream is not None:
+            self.stream.close()
+
+
+class Mirror:
+    """See the module docstring. Create, then :meth:`start` (False: another process mirrors)."""
+
+    def __init__(self, api: KubeApi, target: Target, root: Path, *, log_streams: int = 8) -> None:
+        self.api = api
+        self.t = target
+        self.files = AttemptFiles(root)
+        self.log_streams = max(1, log_streams)
+        self.container = container_name(target.flavor)
+        self._lock = threading.RLock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._finished = threading.Event()
+        self.owner: dict[str, Any] | None = None
+        self.owner_listed = False
+        self.pods: dict[str, dict[str, Any]] = {}  # uid -> latest object (deleted ones kept, marked)
+        self.deleted: set[str] = set()
+        self.pods_listed = False
+        self.followers: dict[str, _Follower] = {}
+        self.rank_errors: dict[int, Event] = {}
+        self.rank_done: set[int] = set()
+        self.live = Live(RunState.STARTING, "submitted")
+        self.verdict: RunStatus | None = None
+        self.notices: set[str] = set()
+        self.problems: set[str] = set()
+        self.started: float | None = None
+        self.out: EventWriter | None = None
+        self._streams: set[Stream] = set()
+        self._threads: list[threading.Thread] = []
+        self._last_events_check = 0.0
+        self._missing_pods = ""  # why pods cannot be created, from the workload's Events
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    def start(self) -> bool:
+        """Take the attempt's lock and start the threads; False when another process holds it."""
+        if not self.files.try_lock():
+            return False
+        for event in self.files.load():
+            self._note_rank_event(event)
+        self.out = EventWriter(self.files.events_dir / "kubernetes.jsonl", "kubernetes", attempt=self.t.attempt)
+        own = self.files.own_events()
+        for event in own:
+            if event.kind is EventKind.STATE:
+                self.live = Live(RunState(event.data["state"]), str(event.data.get("reason", "")))
+                if event.data["state"] == RunState.STARTING.value and self.started is None:
+                    self.started = event.time
+            elif event.kind is EventKind.NOTICE:
+                self.notices.add(str(event.data.get("message", "")))
+        if not own:
+            self._emit(EventKind.STATE, state=RunState.STARTING.value, reason="submitted to Kubernetes")
+            self.started = time.time()
+            for notice in self.t.notices:
+                self._notice(notice)
+        loops: list[tuple[str, Callable[[], None]]] = [
+            ("pods", lambda: self._watch_loop("Pod", self._on_pods_list, self._on_pod_event, label=self.t.selector)),
+            ("owner", lambda: self._watch_loop(self.t.kind, self._on_owner_list, self._on_owner_event,
+                                               field=f"metadata.name={self.t.name}")),
+            ("main", self._main),
+        ]
+        for label, target in loops:
+            thread = threading.Thread(target=self._guard(target), name=f"nbtrain-k8s-{label}-{self.t.run_id}",
+                                      daemon=True)
+            self._threads.append(thread)
+            thread.start()
+        return True
+
+    def _guard(self, fn: Callable[[], None]) -> Callable[[], None]:
+        def run() -> None:
+            try:
+                fn()
+            except Exception as error:  # noqa: BLE001 - a mirror thread must report, never vanish silently
+                self._problem(f"nbtrain's Kubernetes mirror hit an internal error: {type(error).__name__}: {error}")
+        return run
+
+    @property
+    def alive(self) -> bool:
+        """Still following the run (threads running)."""
+        return not self._finished.is_set()
+
+    def stop(self) -> None:
+        """Stop every thread and close every stream (the run itself goes on)."""
+        self._stop.set()
+        self._wake.set()
+        with self._lock:
+            streams = list(self._streams)
+        for stream in streams:
+            stream.close()
+
+    def join(self, timeout: float) -> None:
+        """Wait (bounded) for the threads to end after :meth:`stop`."""
+        deadline = time.monotonic() + timeout
+        for thread in list(self._threads):
+            thread.join(max(0.0, deadline - time.monotonic()))
+
+    def request_cancel(self) -> None:
+        """Record that the user cancelled; the verdict will be CANCELLED once the pods are gone."""
+        self.files.request_cancel()
+        self._wake.set()
+
+    def status(self) -> RunStatus:
+        """The verdict, or the live state with its detail."""
+        with self._lock:
+            if self.verdict is not None:
+                return self.verdict
+            return RunStatus(self.live.state, self.t.attempt, self.started, None, None, self.live.detail)
+
+    def wait_drained(self, timeout: float, *, finished_only: bool = False) -> None:
+        """Wait (bounded) until the logs of every started (``finished_only``: ended) pod are copied."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and self.alive:
+            with self._lock:
+                listed = self.pods_listed
+                infos = [(uid, self._info(obj)) for uid, obj in self.pods.items()]
+            pending = [uid for uid, info in infos if (info.terminated if finished_only else info.started)
+                       and not self.files.is_complete(uid)]
+            if listed and not pending:
+                return
+            time.sleep(0.1)
+
+    # -- watches --------------------------------------------------------------------------------
+    def _watch_loop(self, kind: str, on_list: Callable[[list[dict[str, Any]]], None],
+                    on_event: Callable[[str, dict[str, Any]], None], *, label: str | None = None,
+                    field: str | None = None) -> None:
+        def changed(handler: Callable[..., None]) -> Callable[..., None]:
+            def call(*args: Any) -> None:
+                handler(*args)
+                self._wake.set()
+            return call
+
+        watch_until(self.api, kind, self.t.namespace, label=label, field=field, timeout_s=WATCH_TIMEOUT_S,
+                    on_list=changed(on_list), on_event=changed(on_event), stop=self._stop,
+                    on_error=self._problem, streams=(self._streams, self._lock))
+
+    def _on_pods_list(self, items: list[dict[str, Any]]) -> None:
+        with self._lock:
+            fresh = {str(p["metadata"].get("uid") or p["metadata"]["name"]): p for p in items}
+            for uid in set(self.pods) - set(fresh):
+                self.deleted.add(uid)  # deleted while we were not watching
+            self.pods.update(fresh)
+            self.pods_listed = True
+
+    def _on_pod_event(self, kind: str, obj: dict[str, Any]) -> None:
+        uid = str(obj["metadata"].get("uid") or obj["metadata"]["name"])
+        with self._lock:
+            self.pods[uid] = obj
+            if kind == "DELETED":
+                self.deleted.add(uid)
+
+    def _on_owner_list(self, items: list[dict[str, Any]]) -> None:
+        with self._lock:
+            self.owner = items[0] if items else None
+            self.owner_listed = True
+
+    def _on_owner_event(self, kind: str, obj: dict[str, Any]) -> None:
+        with self._lock:
+            self.owner = None if kind == "DELETED" else obj
+
+    # -- events out -----------------------------------------------------------------------------
+    def _emit(self, kind: EventKind, **data: Any) -> None:
+        if self.out is not None:
+            self.out.emit(kind, **data)
+
+    def _notice(self, message: str) -> None:
+        with self._lock:
+            if message in self.notices:
+                return
+            self.notices.add(message)
+        self._emit(EventKind.NOTICE, message=message)
+
+    def _problem(self, message: str) -> None:
+        """An error reaching the API: shown once as a NOTICE and in the status detail."""
+        with self._lock:
+            self.live = Live(self.live.state, message, self.live.notices)
+            first = message not in self.problems
+            self.problems.add(message)
+        if first:
+            self._notice(message)
+
+    def _set_live(self, live: Live) -> None:
+        if self.live.state is RunState.RUNNING and live.state is RunState.STARTING:
+            live = Live(RunState.RUNNING, live.detail, live.notices)  # pods finishing: not starting again
+        with self._lock:
+            changed = live.state is not self.live.state
+            self.live = live
+        for message in live.notices:
+            self._notice(message)
+        if changed:
+            self._emit(EventKind.STATE, state=live.state.value, reason=live.detail)
+            self._write_status()
+
+    def _write_status(self) -> None:
+        status = self.status()
+        self.files.write_status({
+            "state": status.state.value, "attempt": self.t.attempt, "started": status.started,
+            "ended": status.ended, "failure": status.failure.to_dict() if status.failure else None,
+            "detail": status.detail, "updated": time.time(),
+        })
+
+    def _note_rank_event(self, event: Event) -> None:
+        if event.rank is None:
+            return
+        if event.kind is EventKind.RANK_ERROR:
+            self.rank_errors.setdefault(event.rank, event)
+        elif event.kind is EventKind.RANK_DONE:
+            self.rank_done.add(event.rank)
+
+    # -- coordinator ----------------------------------------------------------------------------
+    def _info(self, obj: dict[str, Any]) -> PodInfo:
+        return pod_info(obj, self.t.flavor, self.container)
+
+    def _main(self) -> None:
+        finishing: float | None = None
+        done_since: float | None = None
+        cancel_since: float | None = None
+        try:
+            while not self._stop.is_set():
+                self._wake.wait(0.5)
+                self._wake.clear()
+                with self._lock:
+                    if not (self.owner_listed and self.pods_listed):
+                        continue
+                    owner = owner_state(self.owner, self.t.flavor)
+                    infos = {uid: self._info(obj) for uid, obj in self.pods.items()}
+                    current = [i for uid, i in infos.items() if uid not in self.deleted]
+                self._schedule(infos)
+                now = time.monotonic()
+                if len(self.rank_done) >= self.t.world:
+                    done_since = done_since or now
+                    if owner.outcome is RunState.SUCCEEDED or not owner.exists or now - done_since > DONE_WAIT_S:
+                        self._finish(RunState.SUCCEEDED, owner, list(infos.values()))
+                        break
+                    continue
+                if self.files.cancel_requested:
+                    cancel_since = cancel_since or now
+                    if (not owner.exists and not current) or now - cancel_since > CANCEL_WAIT_S:
+                        self._finish(RunState.CANCELLED, owner, list(infos.values()))
+                        break
+                    continue
+                if owner.outcome is not None or not owner.exists:
+                    finishing = finishing or now
+                    if self._drained(infos) or now - finishing > DRAIN_S:
+                        self._finish(owner.outcome or RunState.FAILED, owner, list(infos.values()))
+                        break
+                    continue
+                live = live_state(owner, current, nodes=self.t.nodes, queue=self.t.queue)
+                why = self._check_events(owner, current)
+                self._set_live(Live(live.state, f"{live.detail}: {why}", live.notices) if why else live)
+            self._after_verdict()
+        finally:
+            self.stop()
+            for follower in list(self.followers.values()):
+                follower.thread.join(timeout=5)
+            self.files.save_positions()
+            self.files.release()
+            self._finished.set()
+
+    def _after_verdict(self) -> None:
+        """Keep copying logs that are still arriving for a while after the verdict."""
+        deadline = time.monotonic() + DRAIN_S
+        while time.monotonic() < deadline and not self._stop.is_set():
+            with self._lock:
+                infos = {uid: self._info(obj) for uid, obj in self.pods.items()}
+            self._schedule(infos)
+            if self._drained(infos) and not any(f.thread.is_alive() for f in self.followers.values()):
+                return
+            self._stop.wait(0.2)
+
+    def _drained(self, infos: dict[str, PodInfo]) -> bool:
+        for uid, info in infos.items():
+            if not info.started and uid not in self.deleted:
+                continue
+            if info.started and not self.files.is_complete(uid):
+                return False
+        return True
+
+    def _check_events(self, owner: OwnerState, current: list[PodInfo]) -> str:
+        """Why pods are missing, when they cannot even be created (quota, Pod Security admission): that
+        only shows in the workload's Events. Returns the latest such message ("" when pods are all there)."""
+        now = time.monotonic()
+        if owner.suspended or len(current) >= self.t.nodes:
+            self._missing_pods = ""
+            return ""
+        if now - self._last_events_check < EVENTS_EVERY_S:
+            return self._missing_pods
+        self._last_events_check = now
+        names = [self.t.name] + ([f"{self.t.name}-{nm.JOBSET_REPLICATED_JOB}-0"] if self.t.flavor == "jobset" else [])
+        try:
+            for name in names:
+                for event in self.api.events_for(self.t.namespace, name):
+                    if event.get("type") == "Warning" and event.get("reason") in ("FailedCreate", "FailedScheduling"):
+                        self._notice(f"{event.get('reason')}: {event.get('message', '')}".strip())
+                        self._missing_pods = str(event.get("message", ""))
+        except NbtrainError:
+            pass  # events are a hint; missing permission to read them must not stop the run
+        return self._missing_pods
+
+    def _finish(self, state: RunState, owner: OwnerState, infos: list[PodInfo]) -> None:
+        failure: Failure | None = None
+        reason = ""
+        if state is RunState.CANCELLED:
+            reason = "cancelled by the user"
+        elif state is RunState.SUCCEEDED and owner.outcome is RunState.FAILED:
+            reason = "every rank finished; the pods ended badly afterwards (ignored)"
+        elif state is RunState.FAILED:
+            if not owner.exists and owner.outcome is None and not self.rank_errors and not any(i.failed for i in infos):
+                failure = Failure(reason=(
+                    f"the {self.t.kind} {self.t.name} was deleted before it finished (by someone else, or after "
+                    "its ttlSecondsAfterFinished) and nbtrain did not see how it ended"))
+            else:
+                failure = self._failure(owner, infos)
+            reason = failure.summary()
+        ended = time.time()
+        with self._lock:
+            self.verdict = RunStatus(state, self.t.attempt, self.started, ended, failure, reason)
+        if failure is not None:
+            self._emit(EventKind.FAILURE, **failure.to_dict())
+        self._emit(EventKind.STATE, state=state.value, reason=reason)
+        self._write_status()
+
+    def _failure(self, owner: OwnerState, infos: list[PodInfo]) -> Failure:
+        elastic: dict[int, int] = {}
+        for node in range(self.t.nodes):
+            elastic.update(triage.parse_elastic_failures(
+                "\n".join(tail_lines(self.files.logs_dir / f"node-{node}.log", 400))))
+        last = {r: tail_lines(self.files.logs_dir / f"rank-{r}.log", LAST_LINES) for r in range(self.t.world)}
+        return first_failure(rank_errors=self.rank_errors, pods=infos, elastic_codes=elastic, procs=self.t.procs,
+                             last_lines=last, owner=owner, timeout_s=self.t.timeout_s)
+
+    # -- log followers --------------------------------------------------------------------------
+    def _schedule(self, infos: dict[str, PodInfo]) -> None:
+        """Start followers for pods whose logs are not yet copied.
+
+        At most ``log_streams`` followers of running pods at once; rank 0's pod takes a stream from
+        another running pod if it must (that follower resumes later from its saved position). Pods that
+        ended or are being deleted are read first, in a budget of their own (their streams end by themselves,
+        and a failing rank's last words vanish with its pod: the Job controller deletes a failed gang).
+        """
+        with self._lock:
+            alive = {uid: f for uid, f in self.followers.items() if f.thread.is_alive() and not f.stop.is_set()}
+            running = {uid for uid in alive if uid in infos and not _ending(infos[uid], uid in self.deleted)}
+            ending_reads = len(alive) - len(running)
+            waiting = [(uid, info) for uid, info in infos.items()
+                       if uid not in self.followers or not self.followers[uid].thread.is_alive()]
+            waiting = [(uid, info) for uid, info in waiting
+                       if (info.started or uid in self.deleted) and not self.files.is_complete(uid)]
+            for uid, info in follow_order(waiting):
+                ending = _ending(info, uid in self.deleted)
+                if ending and ending_reads >= 2 * self.log_streams:
+                    continue
+                if not ending and len(running) >= self.log_streams:
+                    victim = preemptable(running, infos) if info.node == 0 else None
+                    if victim is None:
+                        continue
+                    alive[victim].preempt()
+                    running.discard(victim)
+                follower = _Follower()
+                follower.thread = threading.Thread(target=self._guard(functools.partial(self._follow, uid, follower)),
+                                                   name=f"nbtrain-k8s-log-{info.name}", daemon=True)
+                self.followers[uid] = follower
+                if ending:
+                    ending_reads += 1
+                else:
+                    running.add(uid)
+                follower.thread.start()
+
+    def _follow(self, uid: str, me: _Follower) -> None:
+        with self._lock:
+            obj = self.pods[uid]
+        info = self._info(obj)
+        entry = self.files.position(uid, info.name, info.node)
+        splitter = LineSplitter()
+        backoff = 0.2
+        while not self._stop.is_set() and not me.stop.is_set():
+            stream: Stream | None = None
+            try:
+                with self._lock:
+                    info = self._info(self.pods[uid])
+                stream = me.stream = self.api.log(info.name, self.t.namespace, self.container,
+                                                  follow=not info.terminated)
+                with self._lock:
+                    self._streams.add(stream)
+                if me.stop.is_set():  # preempted while the request was on its way
+                    return
+                index = 0
+                for batch in stream.batches():
+                    fresh = batch[max(0, entry["lines"] - index):]
+                    index += len(batch)
+                    if fresh:
+                        self._copy(info, splitter, fresh)
+                        entry["lines"] += len(fresh)
+                        self.files.save_positions()
+                if stream.closed:
+                    return
+                latest = self.api.get("Pod", info.name, self.t.namespace)
+                if latest is None or self._info(latest).terminated:
+                    tail = stream.remainder.decode("utf-8", "replace")
+                    self._copy(info, splitter, [tail] if tail else [], final=True)
+                    entry["complete"] = True
+                    self.files.save_positions()
+                    self._wake.set()
+                    return
+                backoff = 0.2  # the stream ended while the container runs: read again, skipping what we have
+            except KubeApiError as error:
+                if error.status == 404:  # the pod is gone with whatever we had not read yet
+                    entry["complete"] = True
+                    self.files.save_positions()
+                    self._wake.set()
+                    return
+                if error.status != 400:  # 400: the container is not running yet
+                    self._problem(str(error))
+            except NbtrainError as error:
+                self._problem(str(error))
+            except Exception:  # noqa: BLE001 - a dropped stream: read again and skip what we have
+                pass
+            finally:
+                if stream is not None:
+                    stream.close()
+                    with self._lock:
+                        self._streams.discard(stream)
+            self._stop.wait(backoff)
+            backoff = min(3.0, backoff * 2)
+
+    def _copy(self, info: PodInfo, splitter: LineSplitter, lines: list[str], *, final: bool = False) -> None:
+        records = [r for line in lines for r in splitter.feed(line)]
+        if final:
+            records += splitter.flush()
+        # a gang of one runs without torchrun (accelerate's simple launcher): no rank prefixes, all rank 0
+        fresh = self.files.write_records(records, node=max(info.node, 0), sole_rank=0 if self.t.world == 1 else None)
+        for event in fresh:
+            self._note_rank_event(event)
+        if fresh:
+            self._wake.set()
+
+
+def _ending(info: PodInfo, deleted: bool) -> bool:
+    """The pod's log is complete or about to be: read it now, outside the stream budget."""
+    return info.terminated or info.deleting or deleted

@@ -1,0 +1,191 @@
+"""The pod every flavor runs: one ``accelerate launch`` per node, as a restricted, non-root pod (pure).
+
+What the pod gets and why:
+
+- the command is built by :mod:`nbtrain.backends.launch` (the one place that knows accelerate's flags),
+  with ``--tee 3`` and ``TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE=[rank${rank}]:`` so each line of the
+  pod log carries its global rank (``$(VAR)`` is Kubernetes' own expansion, ``${rank}`` torchelastic's);
+- the bundle and the runtime from the ConfigMap (``PYTHONPATH`` points at the runtime, so images without
+  nbtrain work), events as marked stdout lines (``NBTRAIN_EVENT_STREAM=stdout``; no shared disk);
+- ``NBTRAIN_RUN_ID`` in the environment of every process of the gang;
+- GPUs as ``nvidia.com/gpu`` limits (strings) and NCCL (no ``ACCELERATE_USE_CPU``, no
+  ``CUDA_VISIBLE_DEVICES``: the device plugin assigns the GPUs), or CPU mode over gloo;
+- secrets only as ``secretKeyRef``; ``automountServiceAccountToken: false``; the Pod Security
+  "restricted" profile (non-root, no privilege escalation, drop ALL, RuntimeDefault seccomp);
+- ``/dev/shm`` as a memory emptyDir (the container runtime's 64 MiB default breaks DataLoader workers)
+  and a writable ``/tmp`` (HOME, TMPDIR and torchelastic's log dir).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from nbtrain.backends.kubernetes.config import KubeOptions
+from nbtrain.backends.kubernetes.payload import BUNDLE_PATH, MOUNT_PATH, RUNTIME_PATH, Payload
+from nbtrain.backends.launch import LaunchTarget, accelerate_argv, device_env
+from nbtrain.runtime import context as rt
+from nbtrain.spec import JobSpec
+
+__all__ = ["CONTAINER", "PodInputs", "container_name", "pod_template"]
+
+CONTAINER = "trainer"
+PYTORCHJOB_CONTAINER = "pytorch"  # the training operator requires this name
+PYTORCHJOB_PORT_NAME = "pytorchjob-port"
+LINE_PREFIX = "[rank${rank}]:"
+TEE_LOG_DIR = "/tmp/nbtrain-elastic"
+COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
+
+
+def container_name(flavor: str) -> str:
+    """The trainer container's name for ``flavor``."""
+    return PYTORCHJOB_CONTAINER if flavor == "pytorchjob" else CONTAINER
+
+
+def _escape(value: str) -> str:
+    """Keep Kubernetes from expanding ``$(NAME)`` in user-given values (``$$`` is a literal ``$``)."""
+    return value.replace("$(", "$$(")
+
+
+@dataclass(frozen=True)
+class PodInputs:
+    """Everything the pod template depends on besides the JobSpec."""
+
+    run_id: str
+    attempt: int
+    image: str
+    use_gpu: bool
+    flavor: str
+    main_address: str
+    configmap: str
+    payload: Payload
+    labels: dict[str, str]
+    options: KubeOptions
+
+
+def launcher_argv(spec: JobSpec, inputs: PodInputs) -> list[str]:
+    """The container's command: this node's ``accelerate launch`` of the nbtrain worker."""
+    node_rank = "$(RANK)" if inputs.flavor == "pytorchjob" else "$(NBTRAIN_NODE_RANK)"
+    return accelerate_argv(
+        spec, python=inputs.options.python, use_gpu=inputs.use_gpu, node_rank=node_rank,
+        main_address=inputs.main_address, main_port=inputs.options.port,
+        target=LaunchTarget("nbtrain.runtime.worker", (BUNDLE_PATH,)), tee="3", log_dir=TEE_LOG_DIR,
+    )
+
+
+def _env(spec: JobSpec, inputs: PodInputs) -> list[dict[str, Any]]:
+    env: list[dict[str, Any]] = [
+        {"name": rt.ENV_RUN_ID, "value": inputs.run_id},
+        {"name": rt.ENV_ATTEMPT, "value": str(inputs.attempt)},
+        {"name": rt.ENV_EVENT_STREAM, "value": "stdout"},
+        {"name": rt.ENV_COLLECTIVE_TIMEOUT, "value": f"{spec.collective_timeout_s:g}"},
+    ]
+    if inputs.flavor != "pytorchjob":  # the operator sets RANK to the node index instead
+        env.append({"name": rt.ENV_NODE_RANK, "valueFrom": {"fieldRef": {
+            "fieldPath": f"metadata.annotations['{COMPLETION_INDEX_ANNOTATION}']"}}})
+    env += [
+        {"name": "PYTHONPATH", "value": RUNTIME_PATH},
+        {"name": "PYTHONUNBUFFERED", "value": "1"},
+        {"name": "HOME", "value": "/tmp"},
+        {"name": "TMPDIR", "value": "/tmp"},
+        {"name": "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "value": LINE_PREFIX},
+    ]
+    devices = device_env(inputs.use_gpu)
+    if inputs.use_gpu:
+        # the device plugin exposes this pod's GPUs; hiding them (CUDA_VISIBLE_DEVICES="") would break NCCL
+        devices.pop("CUDA_VISIBLE_DEVICES", None)
+        devices.pop("ACCELERATE_USE_CPU", None)
+    env += [{"name": k, "value": v} for k, v in devices.items()]
+    if spec.cpu and "OMP_NUM_THREADS" not in spec.env:
+        threads = _cpu_threads(spec.cpu, spec.procs)
+        if threads:
+            env.append({"name": "OMP_NUM_THREADS", "value": str(threads)})
+    names = {e["name"] for e in env}
+    env += [{"name": k, "value": _escape(v)} for k, v in sorted(spec.env.items()) if k not in names]
+    for name, ref in sorted(spec.secret_env.items()):
+        secret, _, key = ref.partition("/")
+        env.append({"name": name, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}})
+    return env
+
+
+def _cpu_threads(cpu: str, procs: int) -> int | None:
+    try:
+        cores = float(cpu[:-1]) / 1000 if cpu.endswith("m") else float(cpu)
+    except ValueError:
+        return None
+    return max(1, int(cores // max(1, procs)))
+
+
+def _resources(spec: JobSpec, inputs: PodInputs) -> dict[str, Any]:
+    requests: dict[str, str] = {}
+    limits: dict[str, str] = {}
+    if spec.cpu:
+        requests["cpu"] = str(spec.cpu)
+    if spec.memory:
+        requests["memory"] = limits["memory"] = str(spec.memory)
+    if inputs.use_gpu:
+        limits["nvidia.com/gpu"] = str(spec.procs)  # quantities are strings (client 37 refuses ints)
+    out: dict[str, Any] = {}
+    if requests:
+        out["requests"] = requests
+    if limits:
+        out["limits"] = limits
+    return out
+
+
+def pod_template(spec: JobSpec, inputs: PodInputs, *, subdomain: str | None) -> dict[str, Any]:
+    """The PodTemplateSpec shared by every flavor (``subdomain``: the headless Service, Job flavor)."""
+    uid = inputs.options.run_as_user
+    container: dict[str, Any] = {
+        "name": container_name(inputs.flavor),
+        "image": inputs.image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": launcher_argv(spec, inputs),
+        "env": _env(spec, inputs),
+        "ports": [{
+            "name": PYTORCHJOB_PORT_NAME if inputs.flavor == "pytorchjob" else "rendezvous",
+            "containerPort": inputs.options.port, "protocol": "TCP",
+        }],
+        "resources": _resources(spec, inputs),
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+            "runAsNonRoot": True,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "volumeMounts": [
+            {"name": "nbtrain", "mountPath": MOUNT_PATH, "readOnly": True},
+            {"name": "dshm", "mountPath": "/dev/shm"},
+            {"name": "tmp", "mountPath": "/tmp"},
+        ],
+        "workingDir": "/tmp",
+    }
+    pod: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,  # one env var per Service in the namespace is noise (and can be huge)
+        "terminationGracePeriodSeconds": 15,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": uid,
+            "runAsGroup": uid,
+            "fsGroup": uid,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "containers": [container],
+        "volumes": [
+            {"name": "nbtrain", "configMap": {"name": inputs.configmap, "items": [dict(i) for i in inputs.payload.items],
+                                              "defaultMode": 0o444}},
+            {"name": "dshm", "emptyDir": {"medium": "Memory"}},
+            {"name": "tmp", "emptyDir": {}},
+        ],
+    }
+    if subdomain:
+        pod["subdomain"] = subdomain
+    if spec.service_account:
+        pod["serviceAccountName"] = spec.service_account
+    if spec.node_selector:
+        pod["nodeSelector"] = dict(spec.node_selector)
+    if spec.tolerations:
+        pod["tolerations"] = [dict(t) for t in spec.tolerations]
+    return {"metadata": {"labels": dict(inputs.labels)}, "spec": pod}

@@ -1,0 +1,265 @@
+"""Run state from Kubernetes objects: the workload's conditions and its pods' status (pure).
+
+The notebook has no controller on the cluster, so everything the local supervisor knows first-hand
+is read off the API objects here: queued (suspended by Kueue, or pods unschedulable), starting (pods
+being created, images pulling: with the reason), running (every node's pod up), and the verdict with
+the first failing rank: from its RANK_ERROR event when it sent one, else from the pod (OOMKilled,
+exit code, signal) and torchelastic's per-rank exit codes in the launcher's output.
+"""
+
+from __future__ import annotations
+
+import calendar
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from nbtrain.backends.base import Failure, RunState
+from nbtrain.backends.local import triage
+from nbtrain.events import Event
+
+__all__ = [
+    "OwnerState", "PodInfo", "first_failure", "follow_order", "live_state", "owner_state", "parse_time", "pod_info",
+    "preemptable",
+]
+
+COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+REPLICA_TYPE = "training.kubeflow.org/replica-type"
+REPLICA_INDEX = "training.kubeflow.org/replica-index"
+_BAD_WAITING = {
+    "ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CreateContainerConfigError",
+    "CreateContainerError", "CrashLoopBackOff", "RunContainerError",
+}
+
+
+def parse_time(text: str | None) -> float | None:
+    """RFC 3339 (``2024-05-01T10:00:00Z``, fractions allowed) -> epoch seconds."""
+    if not text:
+        return None
+    head, _, frac = text.rstrip("Z").partition(".")
+    try:
+        base = calendar.timegm(time.strptime(head, "%Y-%m-%dT%H:%M:%S"))
+    except ValueError:
+        return None
+    return base + (float("0." + frac) if frac.isdigit() else 0.0)
+
+
+@dataclass(frozen=True)
+class OwnerState:
+    """What the workload object says: gone, suspended, or finished (``outcome``)."""
+
+    exists: bool
+    suspended: bool = False
+    outcome: RunState | None = None  # SUCCEEDED or FAILED once the workload says so
+    reason: str = ""
+    message: str = ""
+    deleting: bool = False
+
+
+def _true_conditions(obj: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    conditions = (obj.get("status") or {}).get("conditions") or []
+    return {c.get("type", ""): c for c in conditions if str(c.get("status")) == "True"}
+
+
+def owner_state(obj: Mapping[str, Any] | None, flavor: str) -> OwnerState:
+    """Interpret a Job / PyTorchJob / JobSet (None: it does not exist)."""
+    if obj is None:
+        return OwnerState(exists=False)
+    spec = obj.get("spec") or {}
+    conditions = _true_conditions(obj)
+    deleting = bool((obj.get("metadata") or {}).get("deletionTimestamp"))
+    success: tuple[str, ...]
+    failure: tuple[str, ...]
+    if flavor == "pytorchjob":
+        suspended = bool((spec.get("runPolicy") or {}).get("suspend")) or "Suspended" in conditions
+        success, failure = ("Succeeded",), ("Failed",)
+    elif flavor == "jobset":
+        suspended = bool(spec.get("suspend")) or "Suspended" in conditions
+        success, failure = ("Completed",), ("Failed",)
+    else:
+        suspended = bool(spec.get("suspend")) or "Suspended" in conditions
+        success, failure = ("Complete", "SuccessCriteriaMet"), ("Failed", "FailureTarget")
+    for kind in failure:
+        if kind in conditions:
+            c = conditions[kind]
+            return OwnerState(True, False, RunState.FAILED, str(c.get("reason") or ""), str(c.get("message") or ""), deleting)
+    for kind in success:
+        if kind in conditions:
+            return OwnerState(True, False, RunState.SUCCEEDED, deleting=deleting)
+    return OwnerState(True, suspended, deleting=deleting)
+
+
+@dataclass(frozen=True)
+class PodInfo:
+    """The facts about one pod that nbtrain uses."""
+
+    name: str
+    uid: str
+    node: int
+    phase: str
+    running: bool = False
+    terminated: bool = False
+    exit_code: int | None = None
+    reason: str = ""  # termination reason: Completed, Error, OOMKilled...
+    finished: float | None = None
+    waiting: str = ""  # waiting reason: ContainerCreating, ImagePullBackOff...
+    waiting_message: str = ""
+    unschedulable: str = ""  # the scheduler's message while the pod cannot be placed
+    deleting: bool = False
+
+    @property
+    def started(self) -> bool:
+        """The container started (its log exists)."""
+        return self.running or self.terminated
+
+    @property
+    def failed(self) -> bool:
+        """The trainer container ended badly."""
+        return self.terminated and (self.exit_code not in (0, None) or self.phase == "Failed")
+
+
+def pod_node(pod: Mapping[str, Any], flavor: str) -> int:
+    """The node index (machine rank) of a pod of ``flavor``; -1 when it cannot be told."""
+    meta = pod.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    annotations = meta.get("annotations") or {}
+    if flavor == "pytorchjob":
+        kind = str(labels.get(REPLICA_TYPE, "")).lower()
+        index = labels.get(REPLICA_INDEX)
+        if kind == "master":
+            return 0
+        if kind == "worker" and str(index).isdigit():
+            return int(str(index)) + 1
+        return -1
+    value = annotations.get(COMPLETION_INDEX, labels.get(COMPLETION_INDEX))
+    return int(str(value)) if str(value).isdigit() else -1
+
+
+def pod_info(pod: Mapping[str, Any], flavor: str, container: str) -> PodInfo:
+    """Read a pod object."""
+    meta = pod.get("metadata") or {}
+    status = pod.get("status") or {}
+    statuses = [s for s in status.get("containerStatuses") or [] if s.get("name") == container]
+    state = (statuses[0].get("state") or {}) if statuses else {}
+    unschedulable = ""
+    for condition in status.get("conditions") or []:
+        if condition.get("type") == "PodScheduled" and str(condition.get("status")) == "False":
+            unschedulable = str(condition.get("message") or condition.get("reason") or "unschedulable")
+    terminated = state.get("terminated") or {}
+    waiting = state.get("waiting") or {}
+    phase = str(status.get("phase") or "Pending")
+    return PodInfo(
+        name=str(meta.get("name", "")),
+        uid=str(meta.get("uid", meta.get("name", ""))),
+        node=pod_node(pod, flavor),
+        phase=phase,
+        running="running" in state,
+        terminated=bool(terminated) or (phase in ("Succeeded", "Failed") and not waiting),
+        exit_code=terminated.get("exitCode") if terminated else None,
+        reason=str(terminated.get("reason") or ""),
+        finished=parse_time(terminated.get("finishedAt")) if terminated else None,
+        waiting=str(waiting.get("reason") or ""),
+        waiting_message=str(waiting.get("message") or ""),
+        unschedulable=unschedulable,
+        deleting=bool(meta.get("deletionTimestamp")),
+    )
+
+
+@dataclass(frozen=True)
+class Live:
+    """A non-final reading: the state, one line of detail, and problems worth a NOTICE."""
+
+    state: RunState
+    detail: str = ""
+    notices: tuple[str, ...] = ()
+
+
+def live_state(owner: OwnerState, pods: Iterable[PodInfo], *, nodes: int, queue: str | None) -> Live:
+    """State of a run whose workload has no outcome yet."""
+    current = [p for p in pods if not p.deleting]
+    notices = []
+    for pod in current:
+        if pod.waiting in _BAD_WAITING:
+            notices.append(f"pod {pod.name} (node {pod.node}) cannot start: {pod.waiting}"
+                           + (f": {pod.waiting_message}" if pod.waiting_message else ""))
+    if owner.suspended:
+        why = f"waiting for Kueue to admit the workload (queue {queue})" if queue else "the workload is suspended"
+        return Live(RunState.QUEUED, why, tuple(notices))
+    stuck = [p for p in current if p.unschedulable and not p.started]
+    if stuck:
+        why = f"pod {stuck[0].name} cannot be scheduled yet: {stuck[0].unschedulable}"
+        return Live(RunState.QUEUED, why, (*notices, why))
+    running = sum(1 for p in current if p.running)
+    if running >= nodes:
+        return Live(RunState.RUNNING, f"{running}/{nodes} pods running", tuple(notices))
+    waiting = sorted({p.waiting for p in current if p.waiting})
+    detail = f"{running}/{nodes} pods running" + (f" ({', '.join(waiting)})" if waiting else "")
+    if not current:
+        detail = "creating pods"
+    return Live(RunState.STARTING, detail, tuple(notices))
+
+
+def follow_order(waiting: Iterable[tuple[str, PodInfo]]) -> list[tuple[str, PodInfo]]:
+    """Which pod logs to read first: node 0 (rank 0), then failed pods, then by node."""
+    return sorted(waiting, key=lambda item: (item[1].node != 0, not item[1].failed, item[1].node))
+
+
+def preemptable(running: Iterable[str], infos: Mapping[str, PodInfo]) -> str | None:
+    """The followed running pod that gives its stream to rank 0's: the one with the highest node."""
+    others = [uid for uid in running if uid in infos and infos[uid].node != 0]
+    return max(others, key=lambda uid: infos[uid].node) if others else None
+
+
+_KILLED = {137, 143, -9, -15}  # SIGKILL/SIGTERM: usually the controller ending the rest of the gang
+
+
+def first_failure(
+    *,
+    rank_errors: Mapping[int, Event],
+    pods: Iterable[PodInfo],
+    elastic_codes: Mapping[int, int],
+    procs: int,
+    last_lines: Mapping[int, list[str]],
+    owner: OwnerState,
+    timeout_s: float | None,
+) -> Failure:
+    """The first failing rank and why (see the module docstring for the order of evidence)."""
+    node_of = {rank: rank // max(1, procs) for rank in set(rank_errors) | set(elastic_codes)}
+    if owner.reason == "DeadlineExceeded":
+        return Failure(reason=f"the run exceeded its timeout of {timeout_s:g} s (--timeout: the workload's "
+                       "activeDeadlineSeconds)" if timeout_s else f"the workload hit its deadline: {owner.message}")
+    tiers: list[tuple[int, float, triage.Candidate]] = []
+    for rank, event in rank_errors.items():
+        candidate = triage.Candidate(
+            rank=rank, time=event.time, exc_type=event.data.get("exc_type"), message=event.data.get("message"),
+            traceback=event.data.get("traceback"), cell_line=event.data.get("cell_line"), exit_code=1,
+        )
+        tiers.append((3 if triage.is_collateral(candidate) else 0, event.time, candidate))
+    for pod in pods:
+        if not pod.failed or pod.node < 0:
+            continue
+        ranks = range(pod.node * procs, (pod.node + 1) * procs)
+        if any(r in rank_errors for r in ranks) and pod.reason != "OOMKilled":
+            continue  # the rank's own report says more than its pod's exit code
+        bad = [r for r in ranks if elastic_codes.get(r) not in (None, 0)]
+        rank = bad[0] if bad else pod.node * procs
+        node_of[rank] = pod.node
+        code = elastic_codes.get(rank, pod.exit_code)
+        when = pod.finished or time.time()
+        if pod.reason == "OOMKilled":
+            reason = (f"OOMKilled: pod {pod.name} ran out of memory (the kernel killed it); give the pods more "
+                      "memory (--memory) or use less per rank")
+            tiers.append((1, when, triage.Candidate(rank=rank, time=when, exit_code=code, reason=reason)))
+        else:
+            killed = code in _KILLED or pod.exit_code in _KILLED
+            reason = f"pod {pod.name} ended with exit code {pod.exit_code}" + (f" ({pod.reason})" if pod.reason else "")
+            tiers.append((4 if killed else 2, when, triage.Candidate(rank=rank, time=when, exit_code=code, reason=reason)))
+    if not tiers:
+        if owner.reason or owner.message:
+            return Failure(reason=f"the workload failed: {owner.reason}{': ' + owner.message if owner.message else ''}")
+        return Failure(reason="the workload failed without a report from any rank or pod")
+    tiers.sort(key=lambda t: (t[0], t[1]))
+    chosen = triage.choose_first_failure([tiers[0][2]], node_of=node_of, last_lines=dict(last_lines),
+                                         exit_codes=dict(elastic_codes))
+    return chosen or Failure(reason="unknown")

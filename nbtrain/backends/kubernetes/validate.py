@@ -1,0 +1,70 @@
+"""Refuse, before anything is created, what the API server would refuse (pure).
+
+Each message names the flag, the value and the rule, so a typo is fixed in the cell and not found
+later in a 422 from the cluster.
+"""
+
+from __future__ import annotations
+
+import re
+
+from nbtrain.bundle.secrets import looks_like_secret_name
+from nbtrain.errors import SpecError
+from nbtrain.spec import JobSpec
+
+__all__ = ["check_spec", "is_quantity"]
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+_QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+_SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
+_QUANTITY = re.compile(r"^[+]?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE][+-]?[0-9]+))?$")
+
+
+def is_quantity(text: str) -> bool:
+    """True for Kubernetes resource quantities such as ``8``, ``500m``, ``64Gi``, ``1.5``."""
+    return bool(_QUANTITY.match(text))
+
+
+def _label_key_ok(key: str) -> bool:
+    prefix, slash, name = key.rpartition("/")
+    if slash and (len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix)):
+        return False
+    return 0 < len(name) <= 63 and bool(_QUALIFIED_NAME.match(name))
+
+
+def check_spec(spec: JobSpec, *, image: str, namespace: str) -> None:
+    """SpecError for the first value of ``spec`` the API server would reject."""
+    if not image.strip() or any(c.isspace() for c in image):
+        raise SpecError(f"--image {image!r}: an image reference has no spaces, e.g. ghcr.io/org/train:1.0.")
+    if len(namespace) > 63 or not _DNS_LABEL.match(namespace):
+        raise SpecError(f"--namespace {namespace!r}: must be a DNS label (lower-case letters, digits, '-', "
+                        "at most 63 characters).")
+    if spec.service_account and (len(spec.service_account) > 253 or not _DNS_SUBDOMAIN.match(spec.service_account)):
+        raise SpecError(f"--service-account {spec.service_account!r}: not a valid service account name.")
+    if spec.queue and (len(spec.queue) > 63 or not _LABEL_VALUE.match(spec.queue)):
+        raise SpecError(f"--queue {spec.queue!r}: a Kueue LocalQueue name (at most 63 letters, digits, '-', '_', '.').")
+    for flag, value in (("--cpu", spec.cpu), ("--memory", spec.memory)):
+        if value is not None and not is_quantity(str(value)):
+            raise SpecError(f"{flag} {value!r}: not a Kubernetes quantity; write e.g. --cpu 8, --cpu 500m, --memory 64Gi.")
+    for key, value in spec.node_selector.items():
+        if not _label_key_ok(key) or len(value) > 63 or not _LABEL_VALUE.match(value):
+            raise SpecError(f"--node-selector {key}={value}: not a valid label selector "
+                            "(e.g. --node-selector nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3).")
+    for toleration in spec.tolerations:
+        key = toleration.get("key", "")
+        if key and not _label_key_ok(key):
+            raise SpecError(f"--toleration {key!r}: not a valid taint key.")
+    for name, ref in spec.secret_env.items():
+        secret, _, key = ref.partition("/")
+        if len(secret) > 253 or not _DNS_SUBDOMAIN.match(secret) or not _SECRET_KEY.match(key):
+            raise SpecError(f"--secret-env {name}={ref}: {secret!r} must be a Secret's name and {key!r} one of its keys.")
+    if not spec.allow_secrets:
+        for name in spec.env:
+            if looks_like_secret_name(name):
+                raise SpecError(
+                    f"--env {name}=...: this looks like a secret and would be written in plain text into the Job "
+                    f"manifest. Put it in a Kubernetes Secret and pass --secret-env {name}=SECRET/KEY instead "
+                    "(or --allow-secrets if it is not secret)."
+                )

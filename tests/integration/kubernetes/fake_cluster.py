@@ -1,0 +1,532 @@
+"""The controllers behind the fake API server: a Job controller and a kubelet that runs pods as processes.
+
+Job controller: Indexed Jobs (one pod per index, hostname ``<job>-<index>``), ``suspend`` (no pods
+until admitted: :meth:`FakeCluster.admit` plays Kueue), podFailurePolicy (FailJob on exit codes,
+Ignore on DisruptionTarget), backoffLimit, activeDeadlineSeconds, ttlSecondsAfterFinished, deletion
+with propagation (Foreground/Background delete the pods; Orphan leaves them) and garbage collection
+of objects whose ownerReferences point at a deleted owner.
+
+Kubelet: each pod's command runs as a local process with the pod's environment (``value``,
+``fieldRef``, ``secretKeyRef``; ``$(VAR)`` expansion; HOSTNAME; JOB_COMPLETION_INDEX), its ConfigMap
+volumes written out as files, emptyDirs as directories (mount paths rewritten to them), and DNS
+names of pods under a headless Service mapped to 127.0.0.1. Its merged stdout/stderr is the pod log.
+Every process of a pod carries ``FAKE_POD_UID`` so deleting the pod ends all of them, as a container
+runtime would (torchelastic's workers run in their own sessions).
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import functools
+import os
+import re
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from fake_apiserver import FakeApiServer, Store, now_rfc3339
+
+POD_MARKER = "FAKE_POD_UID"
+NAMESPACE = "nbtrain-test"  # the namespace of the test kubeconfig's context
+
+
+def _pids_with(marker: str) -> list[int]:
+    needle = f"\0{marker}\0".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if needle in b"\0" + (entry / "environ").read_bytes() + b"\0":
+                state = (entry / "stat").read_text().rsplit(")", 1)[-1].split()[0]
+                if state not in ("Z", "X"):
+                    found.append(int(entry.name))
+        except (OSError, IndexError):
+            continue
+    return found
+
+
+def kill_marked(marker: str, grace_s: float) -> None:
+    """SIGTERM every process whose environment has ``marker``; SIGKILL what is left after ``grace_s``."""
+    for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 2.0)):
+        pids = _pids_with(marker)
+        if not pids:
+            return
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except OSError:
+                pass
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline and _pids_with(marker):
+            time.sleep(0.05)
+
+
+def expand(text: str, env: dict[str, str]) -> str:
+    """Kubernetes' ``$(VAR)`` expansion: known names are replaced, ``$$`` is a literal ``$``."""
+    def replace(match: re.Match[str]) -> str:
+        if match.group(0) == "$$":
+            return "$"
+        name = match.group(1)
+        return env[name] if name in env else match.group(0)
+
+    return re.sub(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)", replace, text)
+
+
+class PodRuntime:
+    """One pod's process and its log (bytes, appended as the process writes)."""
+
+    def __init__(self, uid: str) -> None:
+        self.uid = uid
+        self.log = bytearray()
+        self.cond = threading.Condition()
+        self.started = False
+        self.done = False
+        self.process: subprocess.Popen[bytes] | None = None
+        self.exit_code: int | None = None
+
+    def log_bytes(self) -> bytes:
+        with self.cond:
+            return bytes(self.log)
+
+    def read_from(self, offset: int, wait: float) -> tuple[bytes, bool]:
+        with self.cond:
+            if len(self.log) <= offset and not self.done:
+                self.cond.wait(timeout=wait)
+            return bytes(self.log[offset:]), self.done and len(self.log) <= offset
+
+    def pump(self) -> None:
+        assert self.process is not None and self.process.stdout is not None
+        for chunk in iter(lambda: self.process.stdout.read1(65536), b""):  # type: ignore[union-attr]
+            with self.cond:
+                self.log += chunk
+                self.cond.notify_all()
+        self.exit_code = self.process.wait()
+        kill_marked(f"{POD_MARKER}={self.uid}", 0.5)  # the container ends with its main process
+        with self.cond:
+            self.done = True
+            self.cond.notify_all()
+
+
+class FakeCluster:
+    """Store + controllers + HTTP server. Use as a context manager; ``kill_all()`` in teardown."""
+
+    def __init__(self, workdir: Path, *, base_env: dict[str, str] | None = None) -> None:
+        self.workdir = workdir
+        self.store = Store()
+        self.base_env = dict(base_env or {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"})
+        self.secrets: dict[tuple[str, str], dict[str, str]] = {}
+        self.unschedulable: str | None = None
+        self.pod_quota: str | None = None  # when set, creating pods fails (FailedCreate event), like a ResourceQuota
+        self.runtimes: dict[str, PodRuntime] = {}
+        self.job_times: dict[str, dict[str, float]] = {}
+        self.counted: set[str] = set()
+        self.server = FakeApiServer(self)
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._lock = threading.RLock()
+        self._loop = threading.Thread(target=self._control, name="fake-controllers", daemon=True)
+
+    def __enter__(self) -> FakeCluster:
+        self.server.start()
+        self._loop.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        self.server.stop()
+        self.kill_all()
+
+    def kill_all(self) -> None:
+        for uid in list(self.runtimes):
+            kill_marked(f"{POD_MARKER}={uid}", 0.2)
+
+    # -- test helpers ---------------------------------------------------------------------------
+    def admit(self, namespace: str, name: str) -> None:
+        """What Kueue does on admission: unsuspend the Job."""
+        with self.store.lock:
+            job = copy.deepcopy(self.store.get("jobs.batch", namespace, name))
+            job["spec"]["suspend"] = False
+            self.store.update("jobs.batch", namespace, job)
+        self._wake.set()
+
+    def runtime(self, uid: str) -> PodRuntime | None:
+        return self.runtimes.get(uid)
+
+    def pods(self, namespace: str = "nbtrain-test") -> list[dict[str, Any]]:
+        return [copy.deepcopy(p) for p in self.store.items("pods", namespace)]
+
+    # -- API hooks ------------------------------------------------------------------------------
+    def created(self, resource: str, namespace: str, obj: dict[str, Any]) -> None:
+        self._wake.set()
+
+    def delete(self, resource: str, namespace: str, name: str, policy: str) -> None:
+        with self.store.lock:
+            obj = self.store.find(resource, namespace, name)
+            if obj is None:
+                return
+            if resource == "pods":
+                self._delete_pod(namespace, obj)
+                return
+            if resource != "jobs.batch" or policy == "Orphan":
+                self._remove_owner(resource, namespace, name, orphan=policy == "Orphan")
+                return
+            obj = copy.deepcopy(obj)
+            obj["metadata"]["deletionTimestamp"] = now_rfc3339()
+            obj["metadata"]["finalizers"] = ["foregroundDeletion"] if policy == "Foreground" else []
+            self.store.update(resource, namespace, obj)
+            for pod in self._pods_of(namespace, obj):
+                self._delete_pod(namespace, pod)
+            if policy != "Foreground":
+                self._remove_owner(resource, namespace, name, orphan=False)
+        self._wake.set()
+
+    def _remove_owner(self, resource: str, namespace: str, name: str, *, orphan: bool) -> None:
+        owner = self.store.remove(resource, namespace, name)
+        if owner is None:
+            return
+        uid = owner["metadata"]["uid"]
+        for kind in ("pods", "services", "configmaps"):
+            for obj in list(self.store.items(kind, namespace)):
+                refs = obj["metadata"].get("ownerReferences") or []
+                if not any(r.get("uid") == uid for r in refs):
+                    continue
+                if orphan:
+                    obj["metadata"]["ownerReferences"] = [r for r in refs if r.get("uid") != uid]
+                    self.store.update(kind, namespace, obj)
+                elif kind == "pods":
+                    self._delete_pod(namespace, obj)
+                else:
+                    self.store.remove(kind, namespace, obj["metadata"]["name"])
+
+    def _delete_pod(self, namespace: str, pod: dict[str, Any]) -> None:
+        if pod["metadata"].get("deletionTimestamp"):
+            return
+        pod = copy.deepcopy(pod)
+        pod["metadata"]["deletionTimestamp"] = now_rfc3339()
+        self.store.update("pods", namespace, pod)
+        uid = pod["metadata"]["uid"]
+        grace = min(3.0, float(pod["spec"].get("terminationGracePeriodSeconds", 30)))
+
+        def finish() -> None:
+            kill_marked(f"{POD_MARKER}={uid}", grace)
+            runtime = self.runtimes.get(uid)
+            if runtime is not None and runtime.process is not None:
+                try:
+                    runtime.process.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    pass
+                with runtime.cond:
+                    runtime.cond.wait_for(lambda: runtime.done, timeout=5)
+            self.store.remove("pods", namespace, pod["metadata"]["name"])
+            self._wake.set()
+
+        threading.Thread(target=finish, name=f"fake-delete-{pod['metadata']['name']}", daemon=True).start()
+
+    # -- controllers ----------------------------------------------------------------------------
+    def _control(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(0.05)
+            self._wake.clear()
+            with self.store.lock:
+                for job in [copy.deepcopy(j) for j in self.store.items("jobs.batch")]:
+                    self._reconcile(job)
+
+    def _pods_of(self, namespace: str, job: dict[str, Any]) -> list[dict[str, Any]]:
+        uid = job["metadata"]["uid"]
+        return [p for p in self.store.items("pods", namespace)
+                if any(r.get("uid") == uid for r in p["metadata"].get("ownerReferences") or [])]
+
+    def _set_condition(self, job: dict[str, Any], kind: str, reason: str, message: str) -> None:
+        conditions = job.setdefault("status", {}).setdefault("conditions", [])
+        conditions.append({"type": kind, "status": "True", "reason": reason, "message": message,
+                           "lastTransitionTime": now_rfc3339()})
+
+    def _finished(self, job: dict[str, Any]) -> bool:
+        return any(c["type"] in ("Complete", "Failed") for c in (job.get("status") or {}).get("conditions", []))
+
+    def _reconcile(self, job: dict[str, Any]) -> None:
+        ns, name, spec = job["metadata"]["namespace"], job["metadata"]["name"], job["spec"]
+        uid = job["metadata"]["uid"]
+        status = job.setdefault("status", {})
+        pods = self._pods_of(ns, job)
+        if job["metadata"].get("deletionTimestamp"):
+            if not pods:
+                self._remove_owner("jobs.batch", ns, name, orphan=False)
+            return
+        times = self.job_times.setdefault(uid, {})
+        if self._finished(job):
+            ttl = spec.get("ttlSecondsAfterFinished")
+            if ttl is not None and time.time() - times.get("finished", time.time()) >= ttl:
+                self.delete("jobs.batch", ns, name, "Background")
+            return
+        if spec.get("suspend"):
+            return
+        if "startTime" not in status:
+            status["startTime"] = now_rfc3339()
+            times["started"] = time.time()
+            self.store.update("jobs.batch", ns, job)
+        verdict: tuple[str, str] | None = None
+        succeeded: set[int] = set()
+        busy: set[int] = set()
+        for pod in pods:
+            index = int(pod["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"])
+            phase = pod["status"].get("phase")
+            if phase == "Succeeded":
+                succeeded.add(index)
+            elif phase != "Failed":
+                busy.add(index)
+            elif pod["metadata"]["uid"] not in self.counted:
+                self.counted.add(pod["metadata"]["uid"])
+                action = self._failure_action(spec, pod)
+                if action == "FailJob":
+                    code = pod["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"]
+                    verdict = ("PodFailurePolicy", f"Container trainer for pod {ns}/{pod['metadata']['name']} "
+                               f"failed with exit code {code} matching FailJob rule at index 0")
+                elif action != "Ignore":
+                    status["failed"] = int(status.get("failed", 0)) + 1
+                    if status["failed"] > int(spec.get("backoffLimit", 6)):
+                        verdict = ("BackoffLimitExceeded", "Job has reached the specified backoff limit")
+        deadline = spec.get("activeDeadlineSeconds")
+        if verdict is None and deadline is not None and time.time() - times["started"] > deadline:
+            verdict = ("DeadlineExceeded", "Job was active longer than specified deadline")
+        if verdict is not None:
+            self._set_condition(job, "FailureTarget", *verdict)
+            self._set_condition(job, "Failed", *verdict)
+            times["finished"] = time.time()
+            self.store.update("jobs.batch", ns, job)
+            for pod in pods:
+                if pod["status"].get("phase") not in ("Succeeded", "Failed"):
+                    self._delete_pod(ns, pod)
+            return
+        completions = int(spec.get("completions", 1))
+        if len(succeeded) >= completions:
+            message = "Reached expected number of succeeded pods"
+            self._set_condition(job, "SuccessCriteriaMet", "CompletionsReached", message)
+            self._set_condition(job, "Complete", "CompletionsReached", message)
+            status["succeeded"] = len(succeeded)
+            times["finished"] = time.time()
+            self.store.update("jobs.batch", ns, job)
+            return
+        for index in range(completions):
+            if index not in busy and index not in succeeded:
+                self._create_pod(job, index)
+
+    def _failure_action(self, spec: dict[str, Any], pod: dict[str, Any]) -> str | None:
+        for rule in (spec.get("podFailurePolicy") or {}).get("rules", []):
+            codes = rule.get("onExitCodes")
+            if codes:
+                for state in pod["status"].get("containerStatuses") or []:
+                    code = (state.get("state") or {}).get("terminated", {}).get("exitCode")
+                    if code is None or (codes.get("containerName") not in (None, state["name"])):
+                        continue
+                    inside = code in codes.get("values", [])
+                    if (codes["operator"] == "In") == inside:
+                        return str(rule["action"])
+            for pattern in rule.get("onPodConditions") or []:
+                for condition in pod["status"].get("conditions") or []:
+                    if condition.get("type") == pattern.get("type") and str(condition.get("status")) == pattern.get("status", "True"):
+                        return str(rule["action"])
+        return None
+
+    def _create_pod(self, job: dict[str, Any], index: int) -> None:
+        ns, name = job["metadata"]["namespace"], job["metadata"]["name"]
+        if self.pod_quota:
+            self._event(ns, job, "FailedCreate", f'Error creating: pods "{name}-{index}-" is forbidden: {self.pod_quota}')
+            return
+        template = copy.deepcopy(job["spec"]["template"])
+        meta = template.get("metadata") or {}
+        labels = dict(meta.get("labels") or {})
+        labels.update({"batch.kubernetes.io/job-name": name, "batch.kubernetes.io/job-completion-index": str(index)})
+        pod = {
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {
+                "generateName": f"{name}-{index}-", "labels": labels,
+                "annotations": {**(meta.get("annotations") or {}), "batch.kubernetes.io/job-completion-index": str(index)},
+                "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": name,
+                                     "uid": job["metadata"]["uid"], "controller": True}],
+            },
+            "spec": {**template["spec"], "hostname": f"{name}-{index}"},
+            "status": {"phase": "Pending", "conditions": [],
+                       "containerStatuses": [{"name": c["name"], "ready": False, "restartCount": 0,
+                                              "state": {"waiting": {"reason": "ContainerCreating"}}}
+                                             for c in template["spec"]["containers"]]},
+        }
+        created = self.store.create("pods", ns, pod)
+        threading.Thread(target=self._kubelet, args=(ns, created["metadata"]["name"]), daemon=True,
+                         name=f"fake-kubelet-{created['metadata']['name']}").start()
+
+    def _event(self, ns: str, obj: dict[str, Any], reason: str, message: str) -> None:
+        """Record a Warning Event about ``obj`` (once per reason and message)."""
+        for event in self.store.items("events", ns):
+            if event["reason"] == reason and event["message"] == message:
+                return
+        self.store.create("events", ns, {
+            "apiVersion": "v1", "kind": "Event", "metadata": {"generateName": obj["metadata"]["name"] + "."},
+            "type": "Warning", "reason": reason, "message": message, "lastTimestamp": now_rfc3339(),
+            "involvedObject": {"kind": obj["kind"], "name": obj["metadata"]["name"], "namespace": ns,
+                               "uid": obj["metadata"]["uid"]},
+        })
+
+    # -- kubelet --------------------------------------------------------------------------------
+    def _pod_update(self, ns: str, name: str, change: Any) -> dict[str, Any] | None:
+        with self.store.lock:
+            pod = self.store.find("pods", ns, name)
+            if pod is None:
+                return None
+            pod = copy.deepcopy(pod)
+            change(pod)
+            self.store.update("pods", ns, pod)
+            return pod
+
+    def _waiting(self, pod: dict[str, Any], reason: str, message: str = "") -> None:
+        pod["status"]["containerStatuses"][0]["state"] = {"waiting": {"reason": reason, "message": message}}
+
+    def _kubelet(self, ns: str, name: str) -> None:
+        while not self._stop.is_set():
+            pod = self.store.find("pods", ns, name)
+            if pod is None or pod["metadata"].get("deletionTimestamp"):
+                return
+            if self.unschedulable:
+                if not pod["status"].get("conditions"):
+                    self._pod_update(ns, name, functools.partial(_unschedulable, message=self.unschedulable))
+                time.sleep(0.1)
+                continue
+            image = str(pod["spec"]["containers"][0].get("image", ""))
+            if image.startswith("missing/"):
+                self._pod_update(ns, name, functools.partial(
+                    self._waiting, reason="ErrImagePull", message=f"pull access denied for {image}"))
+                time.sleep(0.3)
+                self._pod_update(ns, name, functools.partial(
+                    self._waiting, reason="ImagePullBackOff", message=f'Back-off pulling image "{image}"'))
+                return
+            prepared = self._prepare(ns, pod)
+            if isinstance(prepared, str):
+                self._pod_update(ns, name, lambda p, why=prepared: self._waiting(p, "CreateContainerConfigError", why))
+                time.sleep(0.2)
+                continue
+            if prepared is None:
+                time.sleep(0.1)  # the ConfigMap is not there yet (created right after the Job)
+                continue
+            self._run(ns, pod, *prepared)
+            return
+
+    def _prepare(self, ns: str, pod: dict[str, Any]) -> tuple[list[str], dict[str, str], str] | str | None:
+        meta, spec = pod["metadata"], pod["spec"]
+        container = spec["containers"][0]
+        root = self.workdir / "pods" / meta["name"]
+        mounts: dict[str, str] = {}
+        volumes = {v["name"]: v for v in spec.get("volumes") or []}
+        for mount in container.get("volumeMounts") or []:
+            if mount["mountPath"] == "/dev/shm":
+                continue  # the host's /dev/shm is fine for a local process
+            volume = volumes[mount["name"]]
+            target = root / "volumes" / mount["name"]
+            if "configMap" in volume:
+                configmap = self.store.find("configmaps", ns, volume["configMap"]["name"])
+                if configmap is None:
+                    return None
+                target.mkdir(parents=True, exist_ok=True)
+                data = {k: v.encode() for k, v in (configmap.get("data") or {}).items()}
+                data.update({k: base64.b64decode(v) for k, v in (configmap.get("binaryData") or {}).items()})
+                items = volume["configMap"].get("items") or [{"key": k, "path": k} for k in data]
+                if any(item["key"] not in data for item in items):
+                    return None  # the kubelet retries the mount (FailedMount) until the keys exist
+                for item in items:
+                    path = target / item["path"]
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    path.write_bytes(data[item["key"]])
+            else:
+                target.mkdir(parents=True, exist_ok=True)
+            mounts[mount["mountPath"]] = str(target)
+        env: dict[str, str] = {}
+        annotations = meta.get("annotations") or {}
+        for item in container.get("env") or []:
+            if "value" in item:
+                env[item["name"]] = expand(item["value"], env)
+                continue
+            source = item.get("valueFrom") or {}
+            if "fieldRef" in source:
+                path = source["fieldRef"]["fieldPath"]
+                found = re.match(r"metadata\.(annotations|labels)\['(.+)'\]", path)
+                if found:
+                    env[item["name"]] = str((meta.get(found.group(1)) or {}).get(found.group(2), ""))
+                else:
+                    env[item["name"]] = str(meta.get(path.split(".")[-1], ""))
+            elif "secretKeyRef" in source:
+                ref = source["secretKeyRef"]
+                secret = self.secrets.get((ns, ref["name"]))
+                if secret is None or ref["key"] not in secret:
+                    return f'secret "{ref["name"]}" not found'
+                env[item["name"]] = secret[ref["key"]]
+        if "batch.kubernetes.io/job-completion-index" in annotations:
+            env["JOB_COMPLETION_INDEX"] = annotations["batch.kubernetes.io/job-completion-index"]
+        env["HOSTNAME"] = spec.get("hostname", meta["name"])
+        argv = [expand(a, env) for a in (container.get("command") or []) + (container.get("args") or [])]
+        # mount paths -> the volumes' local directories; pod DNS names under a headless Service -> 127.0.0.1
+        # (the pod's own subdomain too: on a cluster the name resolves once the Service exists, and torch retries).
+        # One pass, so a replaced path is never rewritten again (the fake's volumes live under /tmp too).
+        label = r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?"
+        hosts = [rf"{label}\.{re.escape(svc)}(?:\.{re.escape(ns)}(?:\.svc(?:\.cluster\.local)?)?)?"
+                 for svc in sorted(set(self._headless_services(ns)) | {spec.get("subdomain") or ""} - {""})]
+        paths = [re.escape(m) for m in sorted(mounts, key=len, reverse=True)]
+        parts = ([f"(?P<path>{'|'.join(paths)})"] if paths else []) + ([f"(?P<host>{'|'.join(hosts)})"] if hosts else [])
+        pattern = re.compile(rf"(?<![\w/.-])(?:{'|'.join(parts)})(?![\w-])") if parts else None
+
+        def rewrite(text: str) -> str:
+            if pattern is None:
+                return text
+            return pattern.sub(lambda m: mounts[m.group("path")] if m.groupdict().get("path") else "127.0.0.1", text)
+
+        argv = [rewrite(a) for a in argv]
+        env = {k: rewrite(v) for k, v in env.items()}
+        cwd = rewrite(container.get("workingDir") or str(root))
+        return argv, env, cwd
+
+    def _headless_services(self, ns: str) -> list[str]:
+        return [svc["metadata"]["name"] for svc in self.store.items("services", ns)
+                if (svc.get("spec") or {}).get("clusterIP") == "None"]
+
+    def _run(self, ns: str, pod: dict[str, Any], argv: list[str], env: dict[str, str], cwd: str) -> None:
+        uid, name = pod["metadata"]["uid"], pod["metadata"]["name"]
+        runtime = self.runtimes[uid] = PodRuntime(uid)
+        full_env = {**self.base_env, **env, POD_MARKER: uid}
+        Path(cwd).mkdir(parents=True, exist_ok=True)
+        try:
+            runtime.process = subprocess.Popen(argv, env=full_env, cwd=cwd, stdin=subprocess.DEVNULL,
+                                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+        except OSError as error:
+            self._pod_update(ns, name, functools.partial(self._waiting, reason="RunContainerError", message=str(error)))
+            return
+        started = now_rfc3339()
+        runtime.started = True
+
+        def running(p: dict[str, Any]) -> None:
+            p["status"].update(phase="Running", podIP="127.0.0.1", hostIP="127.0.0.1", startTime=started)
+            p["status"]["containerStatuses"][0].update(ready=True, state={"running": {"startedAt": started}})
+        self._pod_update(ns, name, running)
+        runtime.pump()
+        code = runtime.exit_code if runtime.exit_code is not None else 1
+        code = 128 - code if code < 0 else code  # a signal shows as 128+n, as in a container
+
+        def terminated(p: dict[str, Any]) -> None:
+            p["status"]["phase"] = "Succeeded" if code == 0 else "Failed"
+            p["status"]["containerStatuses"][0].update(ready=False, state={"terminated": {
+                "exitCode": code, "reason": "Completed" if code == 0 else "Error",
+                "startedAt": started, "finishedAt": now_rfc3339()}})
+        self._pod_update(ns, name, terminated)
+        self._wake.set()
+
+
+
+def _unschedulable(pod: dict[str, Any], message: str) -> None:
+    pod["status"]["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                                    "message": message}]
