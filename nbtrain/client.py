@@ -6,6 +6,7 @@ new kernel gives the same handle as the one returned at submit.
 
 from __future__ import annotations
 
+import shutil
 import sys
 import threading
 import time
@@ -414,7 +415,12 @@ def submit_bundle(
                        kind=kind, notebook=dict(notebook or {}))
     record.attempts.append({"attempt": 0, "submitted": time.time()})
     store.save(record)
-    handle = backend.submit(plan)
+    try:
+        handle = backend.submit(plan)
+    except BaseException:
+        # nothing started (403, 409, no kubeconfig, ...): leave no "pending" run behind
+        shutil.rmtree(store.run_dir(run_id), ignore_errors=True)
+        raise
     record.handle = dict(handle.data)
     store.save(record)
     run = Run(record, store, backend)

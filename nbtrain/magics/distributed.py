@@ -9,7 +9,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
-from nbtrain.errors import CaptureError, EnvironmentProblem, SpecError
+from nbtrain.errors import BackendError, CaptureError, EnvironmentProblem, SpecError
 from nbtrain.spec import JobSpec
 
 __all__ = ["DistributedMagics", "spec_from_args"]
@@ -187,7 +187,7 @@ class DistributedMagics(Magics):
                 print(plan.render())
                 return None
             run = submit_bundle(bundle, spec, notebook=notebook)
-        except (EnvironmentProblem, SpecError) as error:
+        except (EnvironmentProblem, SpecError, BackendError) as error:
             raise UsageError(f"%%distributed: nothing was submitted. {error}") from None
         if args.out:
             shell.user_ns[args.out] = run
