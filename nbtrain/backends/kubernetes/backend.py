@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from nbtrain.backends.base import Batch, Failure, LogLine, Plan, RunHandle, RunState, RunStatus
+from nbtrain.backends.base import Batch, Failure, Plan, RunHandle, RunState, RunStatus
 from nbtrain.backends.kubernetes import manifests as mf
 from nbtrain.backends.kubernetes import names as nm
 from nbtrain.backends.kubernetes.api import KubeApi, kubeconfig_namespace
@@ -27,8 +27,9 @@ from nbtrain.backends.kubernetes.payload import build_payload
 from nbtrain.backends.kubernetes.pod import PodInputs
 from nbtrain.backends.kubernetes.podstate import parse_time
 from nbtrain.backends.kubernetes.validate import check_spec
+from nbtrain.backends.storecursor import StoreCursor
 from nbtrain.errors import BackendError, NbtrainError, SpecError
-from nbtrain.events import Event, FileTail, parse_line
+from nbtrain.events import Event
 from nbtrain.runtime.shipping import runtime_files
 from nbtrain.spec import Device, JobSpec
 from nbtrain.store import Store
@@ -326,14 +327,7 @@ class _KubeCursor:
     def __init__(self, backend: KubernetesBackend, handle: RunHandle) -> None:
         self.backend = backend
         self.handle = handle
-        self.event_tails: dict[Path, FileTail] = {}
-        self.log_tails: dict[Path, tuple[FileTail, int, int]] = {}
-
-    def _attempts(self) -> list[int]:
-        root = self.backend.store.run_dir(self.handle.run_id) / "attempts"
-        if not root.is_dir():
-            return []
-        return sorted(int(p.name) for p in root.iterdir() if p.name.isdigit())
+        self.files = StoreCursor(backend.store, handle.run_id)
 
     def poll(self, *, max_lines: int = 50_000) -> Batch:
         """See :class:`nbtrain.backends.base.RunCursor`. ``max_lines=0`` skips logs."""
@@ -342,26 +336,5 @@ class _KubeCursor:
                 self.backend._mirror(self.handle)
             except NbtrainError:
                 pass  # no cluster configuration here: what was mirrored before is still readable
-        events: list[Event] = []
-        lines: list[LogLine] = []
-        for attempt in self._attempts():
-            root = self.backend.store.attempt_dir(self.handle.run_id, attempt)
-            for path in sorted((root / "events").glob("*.jsonl")):
-                tail = self.event_tails.setdefault(path, FileTail(path))
-                for text in tail.read_lines():
-                    event = parse_line(text)
-                    if event is not None:
-                        events.append(event)
-            if max_lines <= 0:
-                continue
-            for path in sorted((root / "logs").glob("rank-*.log")):
-                if path not in self.log_tails:
-                    self.log_tails[path] = (FileTail(path), int(path.stem.split("-")[1]), attempt)
-                tail, rank, att = self.log_tails[path]
-                budget = max_lines - len(lines)
-                if budget <= 0:
-                    break
-                for text in tail.read_lines(max_bytes=min(4 * 1024 * 1024, budget * 200)):
-                    lines.append(LogLine(rank, text, att))
-        return Batch(tuple(events), tuple(lines))
+        return self.files.poll(max_lines=max_lines)
 

@@ -15,14 +15,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from nbtrain.backends.base import Batch, Failure, LogLine, Plan, RunHandle, RunState, RunStatus
+from nbtrain.backends.base import Failure, Plan, RunHandle, RunState, RunStatus
 from nbtrain.backends.launch import LaunchTarget, accelerate_argv, device_env
 from nbtrain.backends.local import procs
 from nbtrain.backends.local.gpus import GpuInventory, detect_gpus
 from nbtrain.backends.local.ports import free_port
 from nbtrain.backends.local.supervisor import _pid_gone
+from nbtrain.backends.storecursor import StoreCursor, attempt_numbers
 from nbtrain.errors import BackendError, EnvironmentProblem
-from nbtrain.events import Event, FileTail, parse_line
+from nbtrain.events import Event
 from nbtrain.runtime import context as rt
 from nbtrain.spec import Device, JobSpec
 from nbtrain.store import Store, read_json, write_json_atomic
@@ -182,10 +183,7 @@ class LocalBackend:
         return RunHandle(self.name, plan.run_id, {"attempt": plan.request["attempt"], "supervisor_pid": child.pid})
 
     def _attempts(self, run_id: str) -> list[int]:
-        root = self.store.run_dir(run_id) / "attempts"
-        if not root.is_dir():
-            return []
-        return sorted(int(p.name) for p in root.iterdir() if p.name.isdigit())
+        return attempt_numbers(self.store, run_id)
 
     def status(self, handle: RunHandle) -> RunStatus:
         """Latest attempt's verdict; FAILED with the reason if its supervisor died without one."""
@@ -220,9 +218,9 @@ class LocalBackend:
                 failure = Failure.from_dict(data["failure"]) if data.get("failure") else None
         return RunStatus(state, attempt, data.get("started"), data.get("ended"), failure)
 
-    def cursor(self, handle: RunHandle) -> _LocalCursor:
+    def cursor(self, handle: RunHandle) -> StoreCursor:
         """A cursor over every attempt's events and rank logs, from the beginning."""
-        return _LocalCursor(self, handle.run_id)
+        return StoreCursor(self.store, handle.run_id)
 
     def events(self, handle: RunHandle, *, follow: bool = False, poll_s: float = 0.2) -> Iterator[Event]:
         """See :meth:`Backend.events`."""
@@ -283,38 +281,3 @@ class LocalBackend:
     def list(self) -> list[RunHandle]:
         """Runs in the store that used this backend, newest first."""
         return [RunHandle(self.name, r.run_id, r.handle) for r in self.store.records() if r.backend == self.name]
-
-
-class _LocalCursor:
-    """Tails every ``events/*.jsonl`` and ``logs/rank-*.log`` of every attempt, in attempt order."""
-
-    def __init__(self, backend: LocalBackend, run_id: str) -> None:
-        self.backend = backend
-        self.run_id = run_id
-        self.event_tails: dict[Path, FileTail] = {}
-        self.log_tails: dict[Path, tuple[FileTail, int, int]] = {}
-
-    def poll(self, *, max_lines: int = 50_000) -> Batch:
-        """See :class:`nbtrain.backends.base.RunCursor`. ``max_lines=0`` skips logs."""
-        events: list[Event] = []
-        lines: list[LogLine] = []
-        for attempt in self.backend._attempts(self.run_id):
-            root = self.backend.store.attempt_dir(self.run_id, attempt)
-            for path in sorted((root / "events").glob("*.jsonl")):
-                tail = self.event_tails.setdefault(path, FileTail(path))
-                for text in tail.read_lines():
-                    event = parse_line(text)
-                    if event is not None:
-                        events.append(event)
-            if max_lines <= 0:
-                continue
-            for path in sorted((root / "logs").glob("rank-*.log")):
-                if path not in self.log_tails:
-                    self.log_tails[path] = (FileTail(path), int(path.stem.split("-")[1]), attempt)
-                tail, rank, att = self.log_tails[path]
-                budget = max_lines - len(lines)
-                if budget <= 0:
-                    break
-                for text in tail.read_lines(max_bytes=min(4 * 1024 * 1024, budget * 200)):
-                    lines.append(LogLine(rank, text, att))
-        return Batch(tuple(events), tuple(lines))

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from fake_cluster import NAMESPACE, FakeCluster
+from IPython.core.error import UsageError
 
 from nbtrain.backends.base import RunState
 from nbtrain.backends.kubernetes.backend import stop_mirrors
@@ -28,10 +29,10 @@ def _plan(backend: Any, run_id: str, **fields: Any) -> Any:
 
 def test_403_is_a_clear_error_naming_verb_resource_namespace_and_the_role(cluster: FakeCluster, run_cell: Any) -> None:
     cluster.server.deny("create", "jobs.batch")
-    with pytest.raises(BackendError) as caught:
+    with pytest.raises(UsageError) as caught:  # the magic's form of the BackendError: nothing was submitted
         run_cell("%%distributed --backend kubernetes --name denied\n1 + 1\n")
     text = str(caught.value)
-    assert "403 Forbidden" in text and "'create' verb on 'jobs.batch'" in text and f"namespace '{NAMESPACE}'" in text
+    assert "nothing was submitted" in text and "403 Forbidden" in text and "'create' verb on 'jobs.batch'" in text and f"namespace '{NAMESPACE}'" in text
     assert "cannot create resource \"jobs\"" in text and "rbac.yaml" in text
     assert cluster.store.items("jobs.batch", NAMESPACE) == [] and cluster.store.items("configmaps", NAMESPACE) == []
 
