@@ -148,8 +148,15 @@ def test_broken_watches_and_log_streams_resume_without_losing_or_repeating_lines
     run = shell.user_ns["run"]
     broken = 0
     deadline = time.monotonic() + 90
+    tick = 0
     while not run.status().terminal and time.monotonic() < deadline:
-        cluster.server.compact()  # every watch resumed from now on starts with 410 Gone
+        # a change no pod watch sees moves the store's version past every watch's last-seen version, so
+        # after compaction every resumed watch starts with 410 Gone (without it, a watch that saw the
+        # newest change resumes fine and the re-list is left to timing)
+        tick += 1
+        cluster.store.create("configmaps", NAMESPACE, {"apiVersion": "v1", "kind": "ConfigMap",
+                                                       "metadata": {"name": f"bump-{tick}"}})
+        cluster.server.compact()
         broken += cluster.server.break_streams()
         time.sleep(0.3)
     assert run.wait(timeout=60) is RunState.SUCCEEDED
