@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from nbtrain.backends.local.triage import (
+from nbtrain.backends.triage import (
     Candidate,
     choose_first_failure,
     is_collateral,

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from nbtrain.backends import triage
 from nbtrain.backends.base import Failure, RunState, RunStatus
 from nbtrain.backends.kubernetes import names as nm
 from nbtrain.backends.kubernetes.api import KubeApi, Stream, watch_until
@@ -41,7 +42,6 @@ from nbtrain.backends.kubernetes.podstate import (
     preemptable,
 )
 from nbtrain.backends.kubernetes.target import Target
-from nbtrain.backends.local import triage
 from nbtrain.errors import NbtrainError
 from nbtrain.events import Event, EventKind, EventWriter
 

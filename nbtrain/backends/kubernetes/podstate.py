@@ -15,8 +15,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from nbtrain.backends import triage
 from nbtrain.backends.base import Failure, RunState
-from nbtrain.backends.local import triage
 from nbtrain.events import Event
 
 __all__ = [

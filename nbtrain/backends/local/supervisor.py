@@ -20,8 +20,9 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
+from nbtrain.backends import triage
 from nbtrain.backends.base import Failure, RunState
-from nbtrain.backends.local import procs, triage
+from nbtrain.backends.local import procs
 from nbtrain.events import Event, EventKind, EventWriter, FileTail, parse_line
 from nbtrain.store import read_json, write_json_atomic
 

@@ -1,4 +1,4 @@
-"""Find the FIRST failing rank of a gang from what each rank and launcher left behind (pure).
+"""Find the FIRST failing rank of a gang from what each rank and launcher left behind (pure; every backend).
 
 Each node's launcher reports its own "root cause", and when one rank dies the others fail soon after
 with collective errors ("Connection closed by peer"). The real first failure is chosen across nodes:
