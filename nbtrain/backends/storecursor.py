@@ -7,13 +7,16 @@ line exactly once, attempt by attempt.
 
 from __future__ import annotations
 
+import os
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from nbtrain.backends.base import Batch, LogLine
+from nbtrain.backends.base import Batch, LogLine, RunCursor
 from nbtrain.events import Event, FileTail, parse_line
 from nbtrain.store import Store
 
-__all__ = ["StoreCursor", "attempt_numbers"]
+__all__ = ["StoreCursor", "attempt_numbers", "follow_events", "tail_lines"]
 
 
 def attempt_numbers(store: Store, run_id: str) -> list[int]:
@@ -57,3 +60,27 @@ class StoreCursor:
                 for text in tail.read_lines(max_bytes=min(4 * 1024 * 1024, budget * 200)):
                     lines.append(LogLine(rank, text, att))
         return Batch(tuple(events), tuple(lines))
+
+
+def tail_lines(path: Path, count: int) -> list[str]:
+    """The last ``count`` lines of ``path`` (reads at most its last 256 KiB; [] when missing)."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            handle.seek(max(0, handle.tell() - 256 * 1024))
+            text = handle.read().decode("utf-8", "replace")
+    except OSError:
+        return []
+    return text.splitlines()[-count:]
+
+
+def follow_events(cursor: RunCursor, is_terminal: Callable[[], bool], *, follow: bool, poll_s: float) -> Iterator[Event]:
+    """The :meth:`Backend.events` contract over any cursor: what exists now, or (``follow``) until terminal."""
+    while True:
+        terminal = is_terminal()
+        batch = cursor.poll(max_lines=0)
+        yield from batch.events
+        if not follow or (terminal and not batch.events):
+            return
+        if not batch.events:
+            time.sleep(poll_s)

@@ -27,7 +27,7 @@ from nbtrain.backends.kubernetes.payload import build_payload
 from nbtrain.backends.kubernetes.pod import PodInputs
 from nbtrain.backends.kubernetes.podstate import parse_time
 from nbtrain.backends.kubernetes.validate import check_spec
-from nbtrain.backends.storecursor import StoreCursor
+from nbtrain.backends.storecursor import StoreCursor, follow_events
 from nbtrain.errors import BackendError, NbtrainError, SpecError
 from nbtrain.events import Event
 from nbtrain.runtime.shipping import runtime_files
@@ -235,15 +235,8 @@ class KubernetesBackend:
 
     def events(self, handle: RunHandle, *, follow: bool = False, poll_s: float = 0.2) -> Iterator[Event]:
         """See :meth:`Backend.events`."""
-        cursor = self.cursor(handle)
-        while True:
-            terminal = self.status(handle).state.terminal
-            batch = cursor.poll(max_lines=0)
-            yield from batch.events
-            if not follow or (terminal and not batch.events):
-                return
-            if not batch.events:
-                time.sleep(poll_s)
+        return follow_events(self.cursor(handle), lambda: self.status(handle).state.terminal,
+                             follow=follow, poll_s=poll_s)
 
     def logs(self, handle: RunHandle, rank: int, *, tail: int | None = None, attempt: int | None = None) -> list[str]:
         """See :meth:`Backend.logs`. Reads the mirrored copy; a finished pod's log is fetched first if needed."""

@@ -26,23 +26,11 @@ from pathlib import Path
 from typing import Any
 
 from nbtrain.backends.kubernetes.lines import Record
+from nbtrain.backends.storecursor import tail_lines
 from nbtrain.events import Event, read_events
 from nbtrain.store import read_json
 
 __all__ = ["AttemptFiles", "tail_lines"]
-
-
-def tail_lines(path: Path, count: int) -> list[str]:
-    """The last ``count`` lines of ``path`` ([] when missing)."""
-    try:
-        with open(path, "rb") as handle:
-            handle.seek(0, os.SEEK_END)
-            size = handle.tell()
-            handle.seek(max(0, size - 256 * 1024))
-            text = handle.read().decode("utf-8", "replace")
-    except OSError:
-        return []
-    return text.splitlines()[-count:]
 
 
 def _write_json(path: Path, data: Any) -> None:

@@ -21,7 +21,7 @@ from nbtrain.backends.local import procs
 from nbtrain.backends.local.gpus import GpuInventory, detect_gpus
 from nbtrain.backends.local.ports import free_port
 from nbtrain.backends.local.supervisor import _pid_gone
-from nbtrain.backends.storecursor import StoreCursor, attempt_numbers
+from nbtrain.backends.storecursor import StoreCursor, attempt_numbers, follow_events
 from nbtrain.errors import BackendError, EnvironmentProblem
 from nbtrain.events import Event
 from nbtrain.runtime import context as rt
@@ -224,15 +224,8 @@ class LocalBackend:
 
     def events(self, handle: RunHandle, *, follow: bool = False, poll_s: float = 0.2) -> Iterator[Event]:
         """See :meth:`Backend.events`."""
-        cursor = self.cursor(handle)
-        while True:
-            terminal = self.status(handle).state.terminal
-            batch = cursor.poll(max_lines=0)
-            yield from batch.events
-            if not follow or (terminal and not batch.events):
-                return
-            if not batch.events:
-                time.sleep(poll_s)
+        return follow_events(self.cursor(handle), lambda: self.status(handle).state.terminal,
+                             follow=follow, poll_s=poll_s)
 
     def logs(self, handle: RunHandle, rank: int, *, tail: int | None = None, attempt: int | None = None) -> list[str]:
         """See :meth:`Backend.logs`."""

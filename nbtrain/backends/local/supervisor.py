@@ -23,6 +23,7 @@ from typing import IO, Any
 from nbtrain.backends import triage
 from nbtrain.backends.base import Failure, RunState
 from nbtrain.backends.local import procs
+from nbtrain.backends.storecursor import tail_lines
 from nbtrain.events import Event, EventKind, EventWriter, FileTail, parse_line
 from nbtrain.store import read_json, write_json_atomic
 
@@ -30,18 +31,6 @@ POLL_S = 0.1
 FAILURE_SETTLE_S = 0.3  # collect near-simultaneous rank errors before ending the gang
 DONE_GRACE_S = 3.0  # all ranks done but a launcher lingers (elastic agent shutdown): end it after this long
 LAST_LINES = 40
-
-
-def _tail_lines(path: Path, count: int) -> list[str]:
-    try:
-        with open(path, "rb") as handle:
-            handle.seek(0, os.SEEK_END)
-            size = handle.tell()
-            handle.seek(max(0, size - 64 * 1024))
-            text = handle.read().decode("utf-8", "replace")
-    except OSError:
-        return []
-    return text.splitlines()[-count:]
 
 
 def _pid_gone(pid: int) -> tuple[bool, int | None]:
@@ -171,7 +160,7 @@ class Supervisor:
     def _failure(self) -> Failure:
         elastic: dict[int, int] = {}
         for i, _ in enumerate(self.launchers):
-            text = "\n".join(_tail_lines(self.logs_dir / f"node-{i}.log", 400))
+            text = "\n".join(tail_lines(self.logs_dir / f"node-{i}.log", 400))
             elastic.update(triage.parse_elastic_failures(text))
         candidates = [
             triage.Candidate(
@@ -185,7 +174,7 @@ class Supervisor:
                              reason="" if (code or elastic.get(rank)) else "the process disappeared without reporting")
             for rank, (t, code) in self.vanished.items()
         ]
-        last = {r: _tail_lines(self.logs_dir / f"rank-{r}.log", LAST_LINES) for r in range(self.world)}
+        last = {r: tail_lines(self.logs_dir / f"rank-{r}.log", LAST_LINES) for r in range(self.world)}
         chosen = triage.choose_first_failure(candidates, node_of=self.node_of, last_lines=last, exit_codes=elastic)
         if chosen is not None:
             return chosen
@@ -200,7 +189,7 @@ class Supervisor:
             exit_code = proc.poll()
             if exit_code is not None and exit_code != 0:
                 code = exit_code
-                lines = _tail_lines(self.logs_dir / f"node-{i}.log", LAST_LINES)
+                lines = tail_lines(self.logs_dir / f"node-{i}.log", LAST_LINES)
                 return Failure(
                     reason=f"the launcher of node {i} exited with code {code} before any rank reported",
                     node=i, exit_code=code, signal=triage.signal_name(-code if code < 0 else code),
