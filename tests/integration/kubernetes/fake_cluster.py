@@ -23,6 +23,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -478,13 +479,21 @@ class FakeCluster:
         hosts = [rf"{label}\.{re.escape(svc)}(?:\.{re.escape(ns)}(?:\.svc(?:\.cluster\.local)?)?)?"
                  for svc in sorted(set(self._headless_services(ns)) | {spec.get("subdomain") or ""} - {""})]
         paths = [re.escape(m) for m in sorted(mounts, key=len, reverse=True)]
-        parts = ([f"(?P<path>{'|'.join(paths)})"] if paths else []) + ([f"(?P<host>{'|'.join(hosts)})"] if hosts else [])
+        # The image is this host's Python installation: paths inside it (a venv under /tmp, say) belong to the
+        # image, not to a volume mounted over /tmp, so they are matched first and kept as they are.
+        image = [re.escape(p) for p in sorted(_image_roots(), key=len, reverse=True)]
+        parts = ([f"(?P<image>(?:{'|'.join(image)})(?:/[^\\s:]*)?)"] if paths else []) \
+            + ([f"(?P<path>{'|'.join(paths)})"] if paths else []) + ([f"(?P<host>{'|'.join(hosts)})"] if hosts else [])
         pattern = re.compile(rf"(?<![\w/.-])(?:{'|'.join(parts)})(?![\w-])") if parts else None
 
+        def replace(match: re.Match[str]) -> str:
+            found = match.groupdict()
+            if found.get("image"):
+                return match.group(0)
+            return mounts[match.group("path")] if found.get("path") else "127.0.0.1"
+
         def rewrite(text: str) -> str:
-            if pattern is None:
-                return text
-            return pattern.sub(lambda m: mounts[m.group("path")] if m.groupdict().get("path") else "127.0.0.1", text)
+            return text if pattern is None else pattern.sub(replace, text)
 
         argv = [rewrite(a) for a in argv]
         env = {k: rewrite(v) for k, v in env.items()}
@@ -504,7 +513,10 @@ class FakeCluster:
             runtime.process = subprocess.Popen(argv, env=full_env, cwd=cwd, stdin=subprocess.DEVNULL,
                                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
         except OSError as error:
-            self._pod_update(ns, name, functools.partial(self._waiting, reason="RunContainerError", message=str(error)))
+            # restartPolicy Never: a container that cannot start fails the pod (StartError, exit 128), as a kubelet
+            # does; it never waits forever.
+            self._pod_update(ns, name, functools.partial(_start_error, message=str(error)))
+            self._wake.set()
             return
         started = now_rfc3339()
         runtime.started = True
@@ -525,6 +537,19 @@ class FakeCluster:
         self._pod_update(ns, name, terminated)
         self._wake.set()
 
+
+
+def _image_roots() -> set[str]:
+    """Where the fake's "image" (this host's Python and its packages) lives."""
+    return {p for p in {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable))}
+            if p and p != "/"}
+
+
+def _start_error(pod: dict[str, Any], message: str) -> None:
+    now = now_rfc3339()
+    pod["status"]["phase"] = "Failed"
+    pod["status"]["containerStatuses"][0].update(ready=False, state={"terminated": {
+        "exitCode": 128, "reason": "StartError", "message": message, "startedAt": now, "finishedAt": now}})
 
 
 def _unschedulable(pod: dict[str, Any], message: str) -> None:

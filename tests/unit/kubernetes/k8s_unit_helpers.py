@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-CRDS = Path(__file__).resolve().parents[3].parent / "shared" / "crds"
+CRDS = Path(__file__).resolve().parents[2] / "data" / "crds"  # vendored upstream CRDs: see its README.md
 
 
 def walk(node: Any, path: str = "") -> Iterator[tuple[str, Any]]:
@@ -54,7 +54,7 @@ def strict(schema: Any) -> Any:
 
 @cache
 def crd_schema(filename: str, version: str) -> Any:
-    """The strict openAPIV3Schema of ``version`` in ../shared/crds/``filename``."""
+    """The strict openAPIV3Schema of ``version`` in tests/data/crds/``filename``."""
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # the CRDs are megabytes of YAML
     for doc in yaml.load_all((CRDS / filename).read_text(), Loader=loader):
         if doc and doc.get("kind") == "CustomResourceDefinition":

@@ -11,7 +11,7 @@ import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
-from k8s_unit_helpers import CRDS, crd_schema, pod_specs, walk
+from k8s_unit_helpers import crd_schema, pod_specs, walk
 
 from nbtrain.backends.base import Plan
 from nbtrain.backends.kubernetes import KubeOptions
@@ -70,8 +70,6 @@ def test_the_pod_templates_inside_custom_resources_are_valid_for_every_kubernete
 
 @pytest.mark.parametrize("flavor", ["pytorchjob", "jobset"])
 def test_custom_resources_match_their_crd_schema_with_unknown_fields_rejected(make_plan: MakePlan, flavor: str) -> None:
-    if not CRDS.is_dir():
-        pytest.skip(f"CRD schemas not found at {CRDS}")
     workload = make_plan(flavor=flavor, **full_spec()).request["objects"][0]
     filename, version = CR_SCHEMAS[workload["kind"]]
     assert workload["apiVersion"].endswith("/" + version)
@@ -84,8 +82,6 @@ def test_custom_resources_match_their_crd_schema_with_unknown_fields_rejected(ma
 
 def test_the_job_pod_template_is_a_valid_kueue_workload_podset(make_plan: MakePlan) -> None:
     """Kueue copies the Job's pod template into a Workload; it must satisfy that CRD too."""
-    if not CRDS.is_dir():
-        pytest.skip(f"CRD schemas not found at {CRDS}")
     job = make_plan(**full_spec()).request["objects"][0]
     workload = {
         "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload", "metadata": {"name": "job-x"},
