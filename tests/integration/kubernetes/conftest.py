@@ -1,10 +1,15 @@
-"""Fixtures for the Kubernetes backend against the fake API server (tests/integration/kubernetes/fake_*.py)."""
+"""Fixtures for the Kubernetes backend against the fake API server (tests/integration/kubernetes/fake_*.py).
+
+:func:`running_cluster` is also used by the contract suite (tests/contract/conftest.py loads this file by path),
+so the fake cluster is set up the same way everywhere.
+"""
 
 from __future__ import annotations
 
 import socket
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -21,29 +26,37 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-@pytest.fixture
-def cluster(home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeCluster]:
-    """A running fake cluster; KUBECONFIG and NBTRAIN_K8S_* point nbtrain at it (CPU pods, host Python).
+@contextmanager
+def running_cluster(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeCluster]:
+    """A running fake cluster under ``workdir``; KUBECONFIG and NBTRAIN_K8S_* point nbtrain at it.
 
-    Teardown stops every mirror thread of this process, then ends every pod process.
+    CPU pods that run this interpreter. On exit: stops every mirror thread of this process, then ends
+    every pod process.
     """
-    fake = FakeCluster(tmp_path / "cluster")
+    fake = FakeCluster(workdir / "cluster")
     fake.__enter__()
-    kubeconfig = fake.server.write_kubeconfig(tmp_path / "kubeconfig", namespace=NAMESPACE)
-    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
-    monkeypatch.setenv("NBTRAIN_K8S_IMAGE", "registry.example/train:py311")
-    monkeypatch.setenv("NBTRAIN_K8S_PYTHON", sys.executable)
-    monkeypatch.setenv("NBTRAIN_K8S_DEVICE", "cpu")
-    monkeypatch.setenv("NBTRAIN_K8S_PORT", str(free_port()))
-    monkeypatch.delenv("NBTRAIN_K8S_NAMESPACE", raising=False)
-    monkeypatch.delenv("NBTRAIN_K8S_CONTEXT", raising=False)
     try:
+        kubeconfig = fake.server.write_kubeconfig(workdir / "kubeconfig", namespace=NAMESPACE)
+        monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+        monkeypatch.setenv("NBTRAIN_K8S_IMAGE", "registry.example/train:py311")
+        monkeypatch.setenv("NBTRAIN_K8S_PYTHON", sys.executable)
+        monkeypatch.setenv("NBTRAIN_K8S_DEVICE", "cpu")
+        monkeypatch.setenv("NBTRAIN_K8S_PORT", str(free_port()))
+        monkeypatch.delenv("NBTRAIN_K8S_NAMESPACE", raising=False)
+        monkeypatch.delenv("NBTRAIN_K8S_CONTEXT", raising=False)
         yield fake
     finally:
         from nbtrain.backends.kubernetes.backend import stop_mirrors
 
         stop_mirrors()
         fake.close()
+
+
+@pytest.fixture
+def cluster(home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeCluster]:
+    """A running fake cluster (see :func:`running_cluster`) next to the isolated store."""
+    with running_cluster(tmp_path, monkeypatch) as fake:
+        yield fake
 
 
 @pytest.fixture

@@ -1,0 +1,152 @@
+"""The backends the contract suite runs on: one fixture each.
+
+A backend joins the suite by declaring one fixture with ``@contract_backend("name")`` that yields a
+:class:`helpers.BackendUnderTest` subclass; every test that asks for ``under_test`` then runs on it too.
+Tests get the isolated store from the root ``home`` fixture (which also fails a test that leaves gang
+processes behind).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import signal
+import sys
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from helpers import SUPERVISOR_MARKER, BackendUnderTest, pids_with_env
+
+from nbtrain.client import Run
+from nbtrain.store import Store, read_json
+
+KUBERNETES_TESTS = Path(__file__).resolve().parents[1] / "integration" / "kubernetes"
+
+BACKENDS: list[str] = []  # names, in registration order
+
+
+def contract_backend(name: str) -> Callable[[Callable[..., Any]], Any]:
+    """Register a backend fixture for the suite; the fixture is named ``<name>_under_test``."""
+    def register(fixture: Callable[..., Any]) -> Any:
+        BACKENDS.append(name)
+        return pytest.fixture(name=f"{name}_under_test")(fixture)
+    return register
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Every test that takes ``under_test`` runs once per registered backend."""
+    if "under_test" in metafunc.fixturenames:
+        metafunc.parametrize("under_test", BACKENDS, indirect=True)
+
+
+@pytest.fixture
+def under_test(request: pytest.FixtureRequest) -> BackendUnderTest:
+    """The backend this instance of the test runs on."""
+    chosen: BackendUnderTest = request.getfixturevalue(f"{request.param}_under_test")
+    return chosen
+
+
+# -- local ------------------------------------------------------------------------------------------
+class LocalUnderTest(BackendUnderTest):
+    """Local processes under a detached supervisor per attempt: the supervisor controls the gang."""
+
+    name = "local"
+    refused: ClassVar[Mapping[str, Any]] = {"namespace": "x", "queue": "q", "image": "img:1"}
+    gang_outlives_controller = False
+
+    def kill_controller(self, run: Run) -> None:
+        """SIGKILL the supervisor of the run's latest attempt (its pid from status.json, else the record)."""
+        attempts = sorted(int(p.name) for p in (self.store.run_dir(run.id) / "attempts").iterdir() if p.name.isdigit())
+        pid = 0
+        try:
+            pid = int(read_json(self.store.attempt_dir(run.id, attempts[-1]) / "status.json").get("supervisor_pid") or 0)
+        except (OSError, ValueError, IndexError):
+            pass
+        pid = pid or int(self.store.load(run.id).handle.get("supervisor_pid") or 0)
+        assert pid, f"no supervisor pid for run {run.id} in status.json or its record"
+        os.kill(pid, signal.SIGKILL)
+
+    def footprint(self) -> list[str]:
+        """Supervisors started for this store."""
+        mine = {pid for pid in pids_with_env("NBTRAIN_HOME", {str(self.store.root)})}
+        return [f"supervisor pid {pid}" for pid in pids_with_env(SUPERVISOR_MARKER) if pid in mine]
+
+    def on_store(self, store: Store) -> LocalUnderTest:
+        from nbtrain.backends.local import LocalBackend
+
+        return LocalUnderTest(store, LocalBackend(store))
+
+
+@contract_backend("local")
+def local_under_test(home: Path) -> Iterator[LocalUnderTest]:
+    """The embedded default backend on the isolated store."""
+    from nbtrain.backends.local import LocalBackend
+
+    store = Store(home)
+    subject = LocalUnderTest(store, LocalBackend(store))
+    yield subject
+    subject.close()
+
+
+# -- kubernetes ------------------------------------------------------------------------------------
+class KubernetesUnderTest(BackendUnderTest):
+    """Pods on the fake cluster; this process only mirrors the run (the cluster controls the gang)."""
+
+    name = "kubernetes"
+    refused: ClassVar[Mapping[str, Any]] = {"max_restarts": 1, "checkpoint_dir": "/tmp/nbtrain-contract-checkpoints", "keep_checkpoints": 5}
+    gang_outlives_controller = True
+
+    def __init__(self, store: Store, backend: Any, cluster: Any) -> None:
+        super().__init__(store, backend)
+        self.cluster = cluster
+
+    def kill_controller(self, run: Run) -> None:
+        """Stop this process's mirror threads, as if the watching kernel died."""
+        from nbtrain.backends.kubernetes.backend import stop_mirrors
+
+        stop_mirrors()
+
+    def footprint(self) -> list[str]:
+        """Write requests the fake API server received, and the objects it holds."""
+        writes = [f"{verb} {resource}" for verb, _, resource, _ in self.cluster.server.requests
+                  if verb in ("create", "update", "patch", "delete")]
+        held = [f"{kind} {obj['metadata']['name']}" for kind in ("jobs.batch", "configmaps", "services", "pods")
+                for obj in self.cluster.store.items(kind)]
+        return writes + held
+
+    def on_store(self, store: Store) -> KubernetesUnderTest:
+        from nbtrain.backends.kubernetes import KubernetesBackend
+
+        return KubernetesUnderTest(store, KubernetesBackend(store), self.cluster)
+
+
+def _kubernetes_fixtures() -> Any:
+    """tests/integration/kubernetes/conftest.py as a module (its ``running_cluster`` sets the fake cluster up)."""
+    name = "nbtrain_contract_kubernetes_fixtures"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, KUBERNETES_TESTS / "conftest.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+@contract_backend("kubernetes")
+def kubernetes_under_test(home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[KubernetesUnderTest]:
+    """The Kubernetes backend against the fake API server, whose pods run as local processes."""
+    pytest.importorskip("kubernetes", reason="the kubernetes client is not installed")
+    from nbtrain.backends.kubernetes import KubernetesBackend
+
+    with _kubernetes_fixtures().running_cluster(tmp_path, monkeypatch) as cluster:
+        store = Store(home)
+        subject = KubernetesUnderTest(store, KubernetesBackend(store), cluster)
+        try:
+            yield subject
+        finally:
+            subject.close()
