@@ -43,69 +43,20 @@ EXIT_CODES = {
     EXIT_INTERRUPTED: "interrupted (Ctrl-C); a run being waited for is cancelled",
 }
 
-# %%distributed flag (argparse dest) -> JobSpec field, for `submit`/`manifests` overrides.
-_SPEC_DESTS = {
-    "nodes": "nodes", "gpus": "procs_per_node", "name": "name", "backend": "backend", "device": "device",
-    "strategy": "strategy", "mixed_precision": "mixed_precision", "image": "image", "env": "env",
-    "timeout": "timeout_s", "collective_timeout": "collective_timeout_s", "max_capture_mb": "max_capture_mb",
-    "allow_secrets": "allow_secrets", "experiment": "experiment", "checkpoint_dir": "checkpoint_dir",
-    "max_restarts": "max_restarts", "keep_checkpoints": "keep_checkpoints", "namespace": "namespace", "queue": "queue", "flavor": "flavor",
-    "service_account": "service_account", "cpu": "cpu", "memory": "memory", "node_selector": "node_selector",
-    "toleration": "tolerations", "secret_env": "secret_env", "no_tracking": "tracking",
-}
-#: Flags of %%distributed that only make sense in a notebook.
-NOTEBOOK_ONLY = frozenset({"out", "block", "dry_run", "no_monitor", "resume"})
-_MERGED = ("env", "node_selector", "secret_env")  # dict flags add to nbtrain.toml's instead of replacing it
-
 
 class _UsageFailure(Exception):
     """Raised instead of argparse's exit, so `main` can return the code (tests call main directly too)."""
 
 
-def _magic_parser() -> Any:
-    from nbtrain.magics.distributed import DistributedMagics
-
-    return DistributedMagics.distributed.parser  # set by @magic_arguments
-
-
-def _add_spec_flags(parser: argparse.ArgumentParser) -> None:
-    """Copy the %%distributed flags that set JobSpec fields, defaulting to "not given"."""
-    group = parser.add_argument_group("overrides of nbtrain.toml (the same flags as %%distributed)")
-    for action in _magic_parser()._actions:
-        if action.dest not in _SPEC_DESTS:
-            continue
-        kwargs: dict[str, Any] = {"dest": action.dest, "default": argparse.SUPPRESS, "help": action.help}
-        if action.nargs == 0:
-            kwargs["action"] = "store_true"
-        else:
-            kwargs.update(type=action.type, metavar=action.metavar)
-            if isinstance(action, argparse._AppendAction):
-                kwargs["action"] = "append"
-        group.add_argument(*action.option_strings, **kwargs)
-
-
 def apply_overrides(spec: Any, args: argparse.Namespace) -> Any:
-    """``spec`` with the %%distributed flags given on the command line applied (validated again)."""
-    given = [dest for dest in _SPEC_DESTS if hasattr(args, dest)]
-    if not given:
-        return spec
-    from IPython.core.error import UsageError
+    """``spec`` with the job options typed on the command line applied (validated again).
 
-    from nbtrain.magics.distributed import spec_from_args
+    The flags are those of %%distributed (one table: :mod:`nbtrain.flags`); NAME=VALUE mappings add to
+    nbtrain.toml's. Raises SpecError naming the flag and the allowed values.
+    """
+    from nbtrain.flags import spec_from_namespace
 
-    full = _magic_parser().parse_argstring("")
-    for dest in given:
-        setattr(full, dest, getattr(args, dest))
-    try:
-        built = spec_from_args(full)
-    except UsageError as error:
-        raise SpecError(str(error)) from None
-    changes = {}
-    for dest in given:
-        field = _SPEC_DESTS[dest]
-        value = getattr(built, field)
-        changes[field] = {**getattr(spec, field), **value} if field in _MERGED else value
-    return spec.with_changes(**changes)
+    return spec_from_namespace(args, base=spec)
 
 
 # ---------------------------------------------------------------------------------------------- output
@@ -364,6 +315,9 @@ def extra_checks() -> list[Any]:
 # ---------------------------------------------------------------------------------------------- parser
 
 
+_JOB_OPTIONS = "job options: overrides of nbtrain.toml, the same flags as %%distributed (docs/options.md)"
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> Any:  # one line, exit code 2 (argparse's own convention)
         raise _UsageFailure(f"{self.prog}: {message} (see {self.prog} --help)")
@@ -374,7 +328,7 @@ def build_parser() -> argparse.ArgumentParser:
     epilog = "exit codes:\n" + "\n".join(f"  {code:<4}{what}" for code, what in EXIT_CODES.items())
     parser = _Parser(prog="nbtrain", description="Export notebooks as jobs, submit them, follow runs.",
                      epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter)
-    from nbtrain import __version__
+    from nbtrain import __version__, flags
 
     parser.add_argument("--version", action="version", version=f"nbtrain {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
@@ -382,13 +336,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("submit", help="run a job directory (from `nbtrain export`)")
     p.add_argument("directory", help="the job directory")
-    p.add_argument("--param", action="append", metavar="NAME=VALUE", help="set a parameter (repeatable)")
-    p.add_argument("--wait", action="store_true", help="wait for the run; exit with its outcome")
-    p.add_argument("--dry-run", action="store_true", help="print the launch plan; submit nothing")
-    p.add_argument("--accept-edits", action="store_true", help="submit files edited after export (re-seals them)")
-    p.add_argument("--quiet", action="store_true", help="no progress line while waiting")
-    p.add_argument("--json", action="store_true", help="print the run as JSON")
-    _add_spec_flags(p)
+    flags.add_arguments(p, "cli", job_title=_JOB_OPTIONS)
     p.set_defaults(handler=_cmd_submit)
 
     p = sub.add_parser("runs", help="list runs, newest first")
@@ -428,7 +376,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("manifests", help="print a job's Kubernetes manifests (YAML; --flavor job|pytorchjob|jobset)")
     p.add_argument("directory")
     p.add_argument("--accept-edits", action="store_true", help=argparse.SUPPRESS)
-    _add_spec_flags(p)
+    flags.add_arguments(p, "cli", spec_only=True, job_title=_JOB_OPTIONS)
     p.set_defaults(handler=_cmd_manifests)
 
     p = sub.add_parser("doctor", help="check the environment, devices, cluster access and tracking")

@@ -15,7 +15,7 @@ from typing import Any
 
 from nbtrain.errors import SpecError
 
-__all__ = ["Device", "JobSpec", "MixedPrecision", "Strategy"]
+__all__ = ["BACKEND_NAMES", "FLAVORS", "LIMITS", "Device", "JobSpec", "MixedPrecision", "Strategy", "choices_of"]
 
 _NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -61,6 +61,27 @@ class MixedPrecision(_Choice):
     FP8 = "fp8"
 
 
+#: Backends a JobSpec may name (each also declares, in nbtrain.flags, the options it honours).
+BACKEND_NAMES = ("local", "kubernetes")
+#: Kubernetes objects the kubernetes backend can create.
+FLAVORS = ("job", "pytorchjob", "jobset")
+#: Inclusive ranges of the whole-number fields: field -> (lowest, highest).
+LIMITS: Mapping[str, tuple[int, int]] = {
+    "nodes": (1, 1024),
+    "procs_per_node": (0, 64),
+    "max_restarts": (0, 100),
+    "keep_checkpoints": (1, 1000),
+}
+_ENUMS: Mapping[str, type[_Choice]] = {"device": Device, "strategy": Strategy, "mixed_precision": MixedPrecision}
+
+
+def choices_of(field_name: str) -> tuple[str, ...]:
+    """The values JobSpec accepts for ``field_name`` (empty for a field that is not a choice)."""
+    if field_name in _ENUMS:
+        return tuple(member.value for member in _ENUMS[field_name])
+    return {"backend": BACKEND_NAMES, "flavor": FLAVORS}.get(field_name, ())
+
+
 def tracking_default() -> bool:
     """MLflow tracking is on unless the environment says NBTRAIN_TRACKING=0 (or false/off/no)."""
     return os.environ.get("NBTRAIN_TRACKING", "1").strip().lower() not in ("0", "false", "off", "no")
@@ -90,7 +111,6 @@ class JobSpec:
     image: str | None = None
     env: Mapping[str, str] = field(default_factory=dict)
     checkpoint_dir: str | None = None
-    resume_from: str | None = None
     max_restarts: int = 0
     keep_checkpoints: int = 3
     timeout_s: float | None = None
@@ -127,10 +147,10 @@ class JobSpec:
                     "key KEY of the Kubernetes Secret SECRET), e.g. HF_TOKEN=hf-credentials/token."
                 )
         object.__setattr__(self, "tolerations", tuple(dict(t) for t in self.tolerations))
-        _check_int("--nodes", self.nodes, 1, 1024)
-        _check_int("--gpus", self.procs_per_node, 0, 64)
-        _check_int("--max-restarts", self.max_restarts, 0, 100)
-        _check_int("--keep-checkpoints", self.keep_checkpoints, 1, 1000)
+        _check_int("--nodes", self.nodes, *LIMITS["nodes"])
+        _check_int("--gpus", self.procs_per_node, *LIMITS["procs_per_node"])
+        _check_int("--max-restarts", self.max_restarts, *LIMITS["max_restarts"])
+        _check_int("--keep-checkpoints", self.keep_checkpoints, *LIMITS["keep_checkpoints"])
         if not self.name or not self.name.strip():
             raise SpecError("--name: the run name is empty; give a short name such as 'digits'.")
         if len(self.name) > 100:
@@ -148,10 +168,10 @@ class JobSpec:
                 raise SpecError(f"--env: {key!r} is not a valid environment variable name.")
             if not isinstance(value, str):
                 raise SpecError(f"--env: the value of {key} must be a string, got {type(value).__name__}.")
-        if self.backend not in ("local", "kubernetes"):
-            raise SpecError(f"--backend: unknown value {self.backend!r}; choose one of: local, kubernetes.")
-        if self.flavor not in ("job", "pytorchjob", "jobset"):
-            raise SpecError(f"--flavor: unknown value {self.flavor!r}; choose one of: job, pytorchjob, jobset.")
+        if self.backend not in BACKEND_NAMES:
+            raise SpecError(f"--backend: unknown value {self.backend!r}; choose one of: {', '.join(BACKEND_NAMES)}.")
+        if self.flavor not in FLAVORS:
+            raise SpecError(f"--flavor: unknown value {self.flavor!r}; choose one of: {', '.join(FLAVORS)}.")
 
     @property
     def world_size(self) -> int:

@@ -1,7 +1,10 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 
-import { DEFAULT_OPTIONS, loadsExtension, magicLine, readOptions, splitArgs, withMagicLine } from "../src/plugin/magic-line";
+import {
+  BACKENDS, DEFAULT_OPTIONS, LIMITS, loadsExtension, magicLine, readOptions, splitArgs, STRATEGIES, withMagicLine,
+} from "../src/plugin/magic-line";
+import { JOB_OPTIONS } from "../src/plugin/options.generated";
 
 const TWO_BY_EIGHT = { nodes: 2, gpus: 8, backend: "kubernetes", strategy: "fsdp" } as const;
 
@@ -55,6 +58,26 @@ describe("the dialog's starting values", () => {
     assert.deepEqual(readOptions("f()"), DEFAULT_OPTIONS);
     assert.deepEqual(readOptions("%%distributed --backend slurm --strategy zero --gpus lots"),
       { ...DEFAULT_OPTIONS, gpus: 1 });
+  });
+});
+
+describe("the dialog's choices", () => {
+  it("are the magic's own, from the generated table of options", () => {
+    assert.deepEqual([...BACKENDS], JOB_OPTIONS.backends.map((backend) => backend.name));
+    assert.deepEqual([...STRATEGIES], ["ddp", "fsdp", "deepspeed"]);
+    assert.deepEqual(LIMITS, { nodes: { min: 1, max: 1024 }, gpus: { min: 0, max: 64 } });
+    assert.deepEqual(DEFAULT_OPTIONS, { nodes: 1, gpus: 1, backend: "local", strategy: "ddp" });
+  });
+
+  it("let --gpus 0 through (one CPU process per node), as the magic does", () => {
+    assert.equal(readOptions("%%distributed --gpus 0").gpus, 0);
+    assert.equal(magicLine({ ...DEFAULT_OPTIONS, gpus: 0 }), "%%distributed --nodes 1 --gpus 0 --backend local --strategy ddp");
+  });
+
+  it("mark which backends honour each option", () => {
+    assert.deepEqual(JOB_OPTIONS.options["--namespace"].backends, ["kubernetes"]);
+    assert.deepEqual(JOB_OPTIONS.options["--max-restarts"].backends, ["local"]);
+    assert.equal(JOB_OPTIONS.options["--name"].backends, null);
   });
 });
 

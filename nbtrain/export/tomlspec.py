@@ -1,14 +1,12 @@
 """nbtrain.toml: a JobSpec and the job's parameters as TOML (written with tomli-w, read with tomllib).
 
-Layout (keys left out take the JobSpec default; TOML has no null)::
+Layout (keys left out take the JobSpec default; TOML has no null). The job tables come from the one
+table of options, :data:`nbtrain.flags.OPTIONS` (each option's ``toml`` key; docs/options.md lists them)::
 
-    [job]          name, nodes, gpus, device, strategy, mixed_precision, backend, image, checkpoint_dir,
-                   resume_from, max_restarts, keep_checkpoints, timeout_s, collective_timeout_s,
-                   max_capture_mb, allow_secrets
+    [job]          name, nodes, gpus, device, strategy, ... (the job's options)
     [job.env]      NAME = "value" for every rank
     [tracking]     enabled, experiment
-    [kubernetes]   flavor, namespace, queue, service_account, cpu, memory
-    [kubernetes.node_selector] / [kubernetes.secret_env] / [[kubernetes.tolerations]]
+    [kubernetes]   flavor, namespace, queue, ... ; [kubernetes.node_selector], [[kubernetes.tolerations]] ...
     [parameters.NAME]  type ("bool", "int", "float", "str", "literal"), default (absent for None)
     [source]       where the job came from (informational: notebook, cell, bundle digest)
 
@@ -21,11 +19,11 @@ from __future__ import annotations
 import re
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from nbtrain.errors import SpecError
+from nbtrain.flags import TOML_TABLES, TomlError, spec_from_toml, spec_to_toml
 from nbtrain.spec import JobSpec
 
 from .parameters import KINDS, Parameter
@@ -38,46 +36,7 @@ else:  # pragma: no cover - Python 3.10
 __all__ = ["dump_job_toml", "load_job_toml"]
 
 
-@dataclass(frozen=True)
-class _Field:
-    spec: str  # JobSpec field
-    table: str  # "job", "tracking" or "kubernetes"
-    key: str
-    kind: type | tuple[type, ...]
-    flag: str  # the %%distributed flag JobSpec names in its messages
-
-
-_FIELDS = (
-    _Field("name", "job", "name", str, "--name"),
-    _Field("nodes", "job", "nodes", int, "--nodes"),
-    _Field("procs_per_node", "job", "gpus", int, "--gpus"),
-    _Field("device", "job", "device", str, "--device"),
-    _Field("strategy", "job", "strategy", str, "--strategy"),
-    _Field("mixed_precision", "job", "mixed_precision", str, "--mixed-precision"),
-    _Field("backend", "job", "backend", str, "--backend"),
-    _Field("image", "job", "image", str, "--image"),
-    _Field("checkpoint_dir", "job", "checkpoint_dir", str, "--checkpoint-dir"),
-    _Field("resume_from", "job", "resume_from", str, "--resume-from"),
-    _Field("max_restarts", "job", "max_restarts", int, "--max-restarts"),
-    _Field("keep_checkpoints", "job", "keep_checkpoints", int, "--keep-checkpoints"),
-    _Field("timeout_s", "job", "timeout_s", (int, float), "--timeout"),
-    _Field("collective_timeout_s", "job", "collective_timeout_s", (int, float), "--collective-timeout"),
-    _Field("max_capture_mb", "job", "max_capture_mb", (int, float), "--max-capture-mb"),
-    _Field("allow_secrets", "job", "allow_secrets", bool, "--allow-secrets"),
-    _Field("env", "job", "env", dict, "--env"),
-    _Field("tracking", "tracking", "enabled", bool, "--no-tracking"),
-    _Field("experiment", "tracking", "experiment", str, "--experiment"),
-    _Field("flavor", "kubernetes", "flavor", str, "--flavor"),
-    _Field("namespace", "kubernetes", "namespace", str, "--namespace"),
-    _Field("queue", "kubernetes", "queue", str, "--queue"),
-    _Field("service_account", "kubernetes", "service_account", str, "--service-account"),
-    _Field("cpu", "kubernetes", "cpu", str, "--cpu"),
-    _Field("memory", "kubernetes", "memory", str, "--memory"),
-    _Field("node_selector", "kubernetes", "node_selector", dict, "--node-selector"),
-    _Field("secret_env", "kubernetes", "secret_env", dict, "--secret-env"),
-    _Field("tolerations", "kubernetes", "tolerations", list, "--toleration"),
-)
-_TABLES = ("job", "tracking", "kubernetes", "parameters", "source")
+_TABLES = (*TOML_TABLES, "parameters", "source")
 
 HEADER = """\
 # nbtrain job specification: what `nbtrain submit .` runs, and where.
@@ -90,14 +49,7 @@ def dump_job_toml(spec: JobSpec, parameters: list[Parameter], source: Mapping[st
     """nbtrain.toml for ``spec``, ``parameters`` and the informational ``source`` table."""
     import tomli_w
 
-    values = spec.to_dict()
-    tables: dict[str, dict[str, Any]] = {"job": {}, "tracking": {}, "kubernetes": {}}
-    for field in _FIELDS:
-        value = values[field.spec]
-        if value is None or (isinstance(value, (dict, list)) and not value):
-            continue
-        tables[field.table][field.key] = value
-    data: dict[str, Any] = {k: v for k, v in tables.items() if v}
+    data: dict[str, Any] = dict(spec_to_toml(spec))
     if parameters:
         data["parameters"] = {
             p.name: {"type": p.kind, **({"default": p.default} if _tomlable(p.default) else {})} for p in parameters
@@ -135,30 +87,14 @@ def load_job_toml(path: Path) -> tuple[JobSpec, dict[str, Parameter], dict[str, 
                 f"{path} line {_line_of(text, None, table)}: unknown table or key {table!r}; "
                 f"nbtrain.toml has the tables {', '.join(_TABLES)}."
             )
-    known = {(f.table, f.key): f for f in _FIELDS}
-    kwargs: dict[str, Any] = {}
-    for table in ("job", "tracking", "kubernetes"):
-        for key, value in data.get(table, {}).items():
-            field = known.get((table, key))
-            line = _line_of(text, table, key)
-            if field is None:
-                keys = ", ".join(f.key for f in _FIELDS if f.table == table)
-                raise SpecError(f"{path} line {line}: unknown key {key!r} in [{table}]; known keys: {keys}.")
-            if not isinstance(value, field.kind) or (field.kind is int and isinstance(value, bool)):
-                want = " or ".join(t.__name__ for t in (field.kind if isinstance(field.kind, tuple) else (field.kind,)))
-                raise SpecError(
-                    f"{path} line {line}: {table}.{key} = {value!r} is a {type(value).__name__}; expected {want}."
-                )
-            kwargs[field.spec] = tuple(value) if isinstance(value, list) else value
     try:
-        spec = JobSpec(**kwargs)
-    except SpecError as error:
-        message = str(error)
-        field = next((f for f in _FIELDS if message.startswith(f.flag + ":")), None)
-        where = f" line {_line_of(text, field.table, field.key)} ({field.table}.{field.key})" if field else ""
-        raise SpecError(f"{path}{where}: {message}") from None
-    except TypeError as error:
-        raise SpecError(f"{path}: {error}") from None
+        spec = spec_from_toml({table: data.get(table, {}) for table in TOML_TABLES})
+    except TomlError as error:
+        if error.table is None or error.key is None:
+            raise SpecError(f"{path}: {error}") from None
+        line = _line_of(text, error.table, error.key)
+        where = f" ({error.table}.{error.key})" if error.from_spec else ""
+        raise SpecError(f"{path} line {line}{where}: {error}") from None
     parameters: dict[str, Parameter] = {}
     for name, entry in data.get("parameters", {}).items():
         line = _line_of(text, f"parameters.{name}", "type")

@@ -2,80 +2,48 @@
 
 from __future__ import annotations
 
+import argparse
 import os
+from collections.abc import Callable
 from typing import Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, magics_class
-from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from IPython.core.magic_arguments import MagicArgumentParser, parse_argstring
 
+from nbtrain import flags
 from nbtrain.errors import BackendError, CaptureError, EnvironmentProblem, SpecError
 from nbtrain.spec import JobSpec
 
 __all__ = ["DistributedMagics", "spec_from_args"]
 
-
-def _parse_env(pairs: list[str] | None, flag: str = "--env") -> dict[str, str]:
-    env: dict[str, str] = {}
-    for pair in pairs or []:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise UsageError(f"{flag} {pair!r}: write it as NAME=VALUE, e.g. {flag} NCCL_DEBUG=INFO.")
-        env[key] = value
-    return env
+# Options that still act with --resume: they shape the capture of this cell, not the run's spec.
+_CAPTURE_FIELDS = frozenset({"max_capture_mb", "allow_secrets"})
 
 
-def _parse_tolerations(items: list[str] | None) -> tuple[dict[str, str], ...]:
-    out = []
-    for item in items or []:
-        head, sep, effect = item.rpartition(":")
-        key, eq, value = head.partition("=")
-        if not sep or not key or effect not in ("NoSchedule", "PreferNoSchedule", "NoExecute"):
-            raise UsageError(
-                f"--toleration {item!r}: write it as KEY[=VALUE]:EFFECT with EFFECT one of NoSchedule, "
-                "PreferNoSchedule, NoExecute, e.g. nvidia.com/gpu:NoSchedule."
-            )
-        toleration = {"key": key, "effect": effect, "operator": "Equal" if eq else "Exists"}
-        if eq:
-            toleration["value"] = value
-        out.append(toleration)
-    return tuple(out)
+def spec_from_args(args: argparse.Namespace) -> JobSpec:
+    """The JobSpec of parsed ``%%distributed`` flags (:func:`nbtrain.flags.spec_from_namespace`).
 
-
-def spec_from_args(args: Any) -> JobSpec:
-    """Turn parsed magic arguments into a JobSpec; bad values become UsageError naming the flag."""
+    Bad values become UsageError naming the flag, the value and the allowed values.
+    """
     try:
-        return JobSpec(
-            name=args.name or "run",
-            nodes=args.nodes,
-            procs_per_node=args.gpus,
-            device=args.device,
-            strategy=args.strategy,
-            mixed_precision=args.mixed_precision,
-            backend=args.backend or os.environ.get("NBTRAIN_BACKEND", "local"),
-            image=args.image,
-            env=_parse_env(args.env, "--env"),
-            timeout_s=args.timeout,
-            collective_timeout_s=args.collective_timeout,
-            max_capture_mb=args.max_capture_mb,
-            allow_secrets=args.allow_secrets,
-            experiment=args.experiment,
-            tracking=not args.no_tracking,
-            checkpoint_dir=args.checkpoint_dir,
-            max_restarts=args.max_restarts,
-            keep_checkpoints=args.keep_checkpoints,
-            namespace=args.namespace,
-            queue=args.queue,
-            flavor=args.flavor,
-            service_account=args.service_account,
-            cpu=args.cpu,
-            memory=args.memory,
-            node_selector=_parse_env(args.node_selector, "--node-selector"),
-            tolerations=_parse_tolerations(args.toleration),
-            secret_env=_parse_env(args.secret_env, "--secret-env"),
-        )
+        return flags.spec_from_namespace(args)
     except SpecError as error:
         raise UsageError(str(error)) from None
+
+
+def _with_flags(func: Callable[..., Any]) -> Any:  # Any, like IPython's own untyped magic decorators
+    """IPython's ``@magic_arguments`` with the flags of the one table (:mod:`nbtrain.flags`).
+
+    Sets ``func.parser`` (what ``parse_argstring`` reads) and makes the full help the docstring, so
+    ``%%distributed?`` lists every flag.
+    """
+    # prog "%distributed": IPython's help formatter puts one more "%" in front of the usage line.
+    parser = flags.build_parser("magic", parser_class=MagicArgumentParser, prog="%distributed",
+                                description=func.__doc__)
+    func.parser = parser  # type: ignore[attr-defined]
+    func.__doc__ = parser.format_help()
+    return func
 
 
 def _notebook_info(shell: Any) -> dict[str, Any]:
@@ -99,45 +67,8 @@ def _notebook_info(shell: Any) -> dict[str, Any]:
 class DistributedMagics(Magics):
     """Holds the ``%%distributed`` cell magic."""
 
-    @magic_arguments()
-    @argument("--nodes", type=int, default=1, help="Number of nodes (one launcher each). Default 1.")
-    @argument("--gpus", type=int, default=1,
-              help="GPUs per node; on a machine without GPUs, worker processes per node (CPU, gloo). Default 1.")
-    @argument("--name", default=None, help="Run name (used in the run id). Default 'run'.")
-    @argument("--out", default=None, help="Bind the Run handle to this variable name in the notebook.")
-    @argument("--block", action="store_true", help="Wait for the run to end; raise if it fails.")
-    @argument("--dry-run", action="store_true", help="Show what would ship and the launch plan; submit nothing.")
-    @argument("--no-monitor", action="store_true", help="Do not display the live monitor widget under the cell.")
-    @argument("--backend", default=None, help="local (default) or kubernetes. Env default: NBTRAIN_BACKEND.")
-    @argument("--device", default="auto", help="auto (GPU when present, else CPU), gpu or cpu.")
-    @argument("--strategy", default="ddp", help="ddp (default), fsdp or deepspeed.")
-    @argument("--mixed-precision", default="no", help="no, fp16, bf16 or fp8 (GPU only).")
-    @argument("--image", default=None, help="Container image (kubernetes backend).")
-    @argument("--env", action="append", metavar="NAME=VALUE", help="Environment variable for every rank (repeatable).")
-    @argument("--timeout", type=float, default=None, help="Fail the run after this many seconds.")
-    @argument("--collective-timeout", type=float, default=600.0,
-              help="Seconds before a hung collective fails the gang (torch's default is 30 min). Default 600.")
-    @argument("--max-capture-mb", type=float, default=50.0, help="Cap on pickled notebook objects. Default 50.")
-    @argument("--allow-secrets", action="store_true", help="Ship values that look like secrets anyway.")
-    @argument("--experiment", default=None, help="MLflow experiment (default: the notebook's name).")
-    @argument("--no-tracking", action="store_true",
-              help="Don't record the run in MLflow (NBTRAIN_TRACKING=0 makes that the default).")
-    @argument("--checkpoint-dir", default=None, help="Checkpoint root for nbtrain.save_checkpoint.")
-    @argument("--max-restarts", type=int, default=0, help="Restart the gang from its last checkpoint up to K times.")
-    @argument("--keep-checkpoints", type=int, default=3, help="Complete checkpoints kept per run. Default 3.")
-    @argument("--resume", default=None, metavar="RUN",
-              help="Relaunch RUN (same spec) with this cell's code as a new attempt, from its latest checkpoint.")
-    @argument("--namespace", default=None, help="Kubernetes namespace (default: the kubeconfig context's).")
-    @argument("--queue", default=None, help="Kueue LocalQueue: the job waits for all-or-nothing admission.")
-    @argument("--flavor", default="job", help="Kubernetes object: job (Indexed Job, default), pytorchjob or jobset.")
-    @argument("--service-account", default=None, help="Kubernetes service account of the pods.")
-    @argument("--cpu", default=None, help="CPU request per pod, e.g. 8 (kubernetes).")
-    @argument("--memory", default=None, help="Memory request per pod, e.g. 64Gi (kubernetes).")
-    @argument("--node-selector", action="append", metavar="KEY=VALUE", help="Node selector label (repeatable).")
-    @argument("--toleration", action="append", metavar="KEY[=VALUE]:EFFECT", help="Pod toleration (repeatable).")
-    @argument("--secret-env", action="append", metavar="NAME=SECRET/KEY",
-              help="Environment variable from a Kubernetes Secret, by reference (repeatable).")
     @cell_magic
+    @_with_flags
     def distributed(self, line: str, cell: str) -> Any:
         """Run this cell as a distributed Accelerate gang and return a Run handle.
 
@@ -158,6 +89,13 @@ class DistributedMagics(Magics):
         except SystemExit as error:  # argparse on a bad value type
             raise UsageError(f"%%distributed {line}: {error}") from None
         spec = spec_from_args(args)
+        if args.resume:
+            ignored = [o.flag for o in flags.given_options(args) if o.field not in _CAPTURE_FIELDS]
+            if ignored:
+                raise UsageError(
+                    f"%%distributed --resume {args.resume}: {', '.join(ignored)} would be ignored: a resumed run keeps "
+                    f"its own spec. Drop {'them' if len(ignored) > 1 else 'it'}, or start a new run without --resume."
+                )
         if args.out is not None and not args.out.isidentifier():
             raise UsageError(f"--out {args.out!r}: not a valid Python variable name.")
         from nbtrain.bundle import CaptureOptions, capture_cell
@@ -204,7 +142,10 @@ class DistributedMagics(Magics):
         return None if args.out else run
 
     def _resume(self, args: Any, bundle: Any) -> Any:
-        """``--resume RUN``: this cell's bundle, RUN's spec, a new attempt of RUN from its latest checkpoint."""
+        """``--resume RUN``: this cell's bundle, RUN's spec, a new attempt of RUN from its latest checkpoint.
+
+        With ``--dry-run`` it prints what would ship and the plan of that attempt, and launches nothing.
+        """
         from nbtrain import client
         from nbtrain.errors import NbtrainError
         from nbtrain.store import Store
@@ -212,10 +153,19 @@ class DistributedMagics(Magics):
         shell = self.shell
         assert shell is not None
         store = Store()
+        if args.dry_run:
+            try:
+                plan = client.plan_resume(args.resume, bundle, store=store)
+            except (NbtrainError, EnvironmentProblem, SpecError) as error:
+                raise UsageError(f"%%distributed --resume {args.resume} --dry-run: {error}") from None
+            print(bundle.report())
+            print()
+            print(plan.render())
+            return None
         try:
             run = client.attach(args.resume, store=store, watch=False)
             bundle.write(store.bundles)
-            run._relaunch(bundle.digest, kind="resume")
+            run.relaunch(bundle.digest, kind="resume")
         except (NbtrainError, EnvironmentProblem, SpecError) as error:
             raise UsageError(f"%%distributed --resume {args.resume}: nothing was submitted. {error}") from None
         if args.out:

@@ -1,11 +1,11 @@
-/** Dialog bodies: "Run cell distributed…" (the four flags) and "Attach to run" (pick a run). */
+/** Dialog bodies: "Run cell distributed…" (the four flags; help from nbtrain/flags.py) and "Attach to run" (pick a run). */
 
 import type { Dialog } from "@jupyterlab/apputils";
 import { Widget } from "@lumino/widgets";
 
 import { stateText } from "./format";
 import type { Backend, DistributedOptions, Strategy } from "./magic-line";
-import { BACKENDS, LIMITS, magicLine, STRATEGIES } from "./magic-line";
+import { BACKENDS, HELP, LIMITS, magicLine, STRATEGIES } from "./magic-line";
 import type { RunSummary } from "./wire";
 
 function field(parent: HTMLElement, label: string, control: HTMLElement, hint?: string): void {
@@ -67,10 +67,10 @@ export class DistributedForm extends Widget implements Dialog.IBodyWidget<Distri
     this.gpus = numberInput("gpus", initial.gpus, LIMITS.gpus.min, LIMITS.gpus.max);
     this.backend = select("backend", BACKENDS, initial.backend);
     this.strategy = select("strategy", STRATEGIES, initial.strategy);
-    field(this.node, "Nodes", this.nodes, "one launcher per node");
-    field(this.node, "GPUs per node", this.gpus, "worker processes per node on a machine without GPUs");
-    field(this.node, "Backend", this.backend, "local processes, or pods on Kubernetes");
-    field(this.node, "Strategy", this.strategy);
+    field(this.node, "Nodes", this.nodes, HELP.nodes);
+    field(this.node, "GPUs per node", this.gpus, HELP.gpus);
+    field(this.node, "Backend", this.backend, HELP.backend);
+    field(this.node, "Strategy", this.strategy, HELP.strategy);
     this.preview = document.createElement("code");
     this.preview.className = "nbtrain-Form-preview";
     this.preview.dataset.testid = "nbtrain-dialog-preview";

@@ -3,16 +3,31 @@
  *
  * Only the four flags the "Run cell distributed…" dialog edits (`--nodes`, `--gpus`, `--backend`,
  * `--strategy`) are rewritten; every other flag of an existing line (`--name`, `--out`, `--env`, …)
- * is kept as the user wrote it. The flag names and ranges mirror nbtrain/magics/distributed.py and
- * nbtrain/spec.py.
+ * is kept as the user wrote it. Choices, ranges, defaults and help come from the one table of options
+ * (nbtrain/flags.py), generated into ./options.generated.ts.
  */
 
-export const BACKENDS = ["local", "kubernetes"] as const;
-export const STRATEGIES = ["ddp", "fsdp", "deepspeed"] as const;
+import { JOB_OPTIONS } from "./options.generated";
+
+const { options: OPTIONS } = JOB_OPTIONS;
+
+export const BACKENDS = OPTIONS["--backend"].choices;
+export const STRATEGIES = OPTIONS["--strategy"].choices;
 export type Backend = (typeof BACKENDS)[number];
 export type Strategy = (typeof STRATEGIES)[number];
 
-export const LIMITS = { nodes: { min: 1, max: 1024 }, gpus: { min: 1, max: 64 } } as const;
+export const LIMITS = {
+  nodes: { min: OPTIONS["--nodes"].min, max: OPTIONS["--nodes"].max },
+  gpus: { min: OPTIONS["--gpus"].min, max: OPTIONS["--gpus"].max },
+} as const;
+
+/** The help text of each flag the dialog edits (the magic's own `--help`). */
+export const HELP = {
+  nodes: OPTIONS["--nodes"].help,
+  gpus: OPTIONS["--gpus"].help,
+  backend: OPTIONS["--backend"].help,
+  strategy: OPTIONS["--strategy"].help,
+} as const;
 
 export interface DistributedOptions {
   nodes: number;
@@ -21,7 +36,12 @@ export interface DistributedOptions {
   strategy: Strategy;
 }
 
-export const DEFAULT_OPTIONS: DistributedOptions = { nodes: 1, gpus: 1, backend: "local", strategy: "ddp" };
+export const DEFAULT_OPTIONS: DistributedOptions = {
+  nodes: OPTIONS["--nodes"].default,
+  gpus: OPTIONS["--gpus"].default,
+  backend: OPTIONS["--backend"].default,
+  strategy: OPTIONS["--strategy"].default,
+};
 
 const MAGIC = "%%distributed";
 const EDITED = new Set(["--nodes", "--gpus", "--backend", "--strategy"]);
@@ -66,8 +86,9 @@ export function readOptions(source: string): DistributedOptions {
     const flag = eq > 0 ? token.slice(0, eq) : token;
     if (!EDITED.has(flag)) continue;
     const raw = unquote(eq > 0 ? token.slice(eq + 1) : (tokens[++i] ?? ""));
-    if (flag === "--nodes") options.nodes = clampInt(Number(raw), LIMITS.nodes.min, LIMITS.nodes.max);
-    else if (flag === "--gpus") options.gpus = clampInt(Number(raw), LIMITS.gpus.min, LIMITS.gpus.max);
+    const count = raw.trim() === "" ? Number.NaN : Number(raw); // not a number: keep the default
+    if (flag === "--nodes" && Number.isFinite(count)) options.nodes = clampInt(count, LIMITS.nodes.min, LIMITS.nodes.max);
+    else if (flag === "--gpus" && Number.isFinite(count)) options.gpus = clampInt(count, LIMITS.gpus.min, LIMITS.gpus.max);
     else if (flag === "--backend" && (BACKENDS as readonly string[]).includes(raw)) options.backend = raw as Backend;
     else if (flag === "--strategy" && (STRATEGIES as readonly string[]).includes(raw)) options.strategy = raw as Strategy;
   }

@@ -105,9 +105,9 @@ def test_toml_round_trip_keeps_every_field(tmp_path: Path) -> None:
 def test_every_jobspec_field_has_a_toml_key() -> None:
     from dataclasses import fields
 
-    from nbtrain.export.tomlspec import _FIELDS
+    from nbtrain.flags import OPTIONS
 
-    assert {f.name for f in fields(JobSpec)} == {f.spec for f in _FIELDS}
+    assert {f.name for f in fields(JobSpec)} == {o.field for o in OPTIONS if o.toml}
 
 
 def test_missing_and_odd_directories(tmp_path: Path) -> None:
