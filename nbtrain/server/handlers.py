@@ -2,7 +2,8 @@
 
 GET  /nbtrain/runs                        list (filters: ?state=running&backend=local)
 GET  /nbtrain/runs/<id>                   one run: summary, spec, attempts, checkpoints, failure
-GET  /nbtrain/runs/<id>/logs/<rank>       a page of one rank's log (?offset=0&limit=500; offset<0 counts from the end)
+GET  /nbtrain/runs/<id>/logs/<rank>       a page of one rank's log (?offset=0&limit=500&attempt=N; offset<0 counts
+                                          from the end; read by seeking, never the whole file: LogsHandler)
 GET  /nbtrain/runs/<id>/metrics           recent metrics (?rank=0&last=2000)
 POST /nbtrain/runs/<id>/cancel            end every process of the run
 POST /nbtrain/runs/<id>/resume            relaunch from the latest checkpoint
@@ -78,18 +79,30 @@ class RunHandler(_Base):
 
 
 class LogsHandler(_Base):
+    """A page of one rank's log: ``{"run", "rank", "attempt", "offset", "total", "lines"}``.
+
+    ``lines[i]`` is line ``offset + i`` (0-based). ``offset >= 0`` is a line number; ``offset < 0`` counts from
+    the end (``-1000`` with ``limit=1000``: the last 1,000 lines). Only complete lines are served (a rank's
+    line still being written appears once its newline is). ``total`` is the number of lines; for a read
+    from the end of a large log nobody has paged by line number yet it is null and ``offset`` stays
+    negative (counting would scan the file; see ``nbtrain.logpage.read_page``). ``attempt`` (default: the
+    run's latest) picks the attempt's log. ``limit`` is clamped to 0..5000.
+    """
+
     @tornado.web.authenticated
     async def get(self, run_id: str, rank: str) -> None:
         try:
             offset = int(self.get_query_argument("offset", "0"))
-            limit = max(1, min(MAX_PAGE, int(self.get_query_argument("limit", "500"))))
+            limit = max(0, min(MAX_PAGE, int(self.get_query_argument("limit", "500"))))
+            attempt_arg = self.get_query_argument("attempt", None)
+            attempt = None if attempt_arg in (None, "") else int(attempt_arg)
 
             def page() -> dict[str, Any]:
                 run = self.cache.get(run_id)
-                lines = run.logs(int(rank)).splitlines()
-                start = max(0, len(lines) + offset) if offset < 0 else min(offset, len(lines))
-                return {"run": run.id, "rank": int(rank), "offset": start, "total": len(lines),
-                        "lines": lines[start : start + limit]}
+                got = run.backend.log_page(run.handle, int(rank), offset, limit, attempt=attempt)
+                chosen = run.handle.attempt if attempt is None else attempt
+                return {"run": run.id, "rank": int(rank), "attempt": chosen, "offset": got.start,
+                        "total": got.total, "lines": list(got.lines)}
 
             self.write_json(await self.run_blocking(page))
         except Exception as error:  # noqa: BLE001

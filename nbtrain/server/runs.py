@@ -43,7 +43,7 @@ def run_summary(run: Run) -> dict[str, Any]:
 
 
 def _failure_summary(data: dict[str, Any]) -> str:
-    from nbtrain.backends.base import Failure
+    from nbtrain.model import Failure
 
     return Failure.from_dict(data).summary()
 
@@ -85,11 +85,13 @@ class RunCache:
     def get(self, run_id: str) -> Run:
         """The handle of ``run_id`` (a unique prefix works); RunNotFoundError when unknown."""
         full = self.store.resolve(run_id)
+        record = self.store.load(full)
         with self._lock:
             run = self._runs.get(full)
-            if run is None:
-                run = self._runs[full] = Run(self.store.load(full), self.store)
-        run.record = self.store.load(full)  # another process may have resumed it
+            if run is None or run.record.handle != record.handle:
+                # new, or resumed by another process: the handle (and its attempt) changed
+                run = self._runs[full] = Run(record, self.store)
+        run.record = record
         run.sync()
         return run
 

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 import anywidget
 import traitlets
 
-from nbtrain.backends.base import Batch, RunState
-from nbtrain.widgets.viewmodel import MonitorLimits, MonitorModel
+from nbtrain.model import Batch, RunState
+from nbtrain.widgets.viewmodel import MonitorLimits, MonitorModel, page_reply, page_request
 
 if TYPE_CHECKING:
     from nbtrain.client import Run
@@ -29,7 +29,6 @@ __all__ = ["MonitorWidget"]
 _STATIC = pathlib.Path(__file__).parent / "static"
 FLUSH_EVERY_S = 0.2
 TRAITS_EVERY_S = 1.0
-MAX_PAGE = 1000
 
 
 def kernel_versions() -> dict[str, str | None]:
@@ -160,11 +159,10 @@ class MonitorWidget(anywidget.AnyWidget):
             return None
 
     def _page(self, rank: int, before: int, limit: int) -> dict[str, Any]:
-        limit = max(1, min(MAX_PAGE, limit))
-        lines = self._run.backend.logs(self._run.handle, rank)
-        end = max(0, min(before, len(lines)))
-        start = max(0, end - limit)
-        return {"type": "page", "rank": rank, "start": start, "lines": lines[start:end], "eof": start == 0}
+        # One seek-based page read (never the whole log), from the attempt whose lines the model numbers.
+        start, count = page_request(before, limit)
+        page = self._run.backend.log_page(self._run.handle, rank, start, count, attempt=self._model.line_attempt)
+        return page_reply(rank, page)
 
     # -- display ----------------------------------------------------------------------------------
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:

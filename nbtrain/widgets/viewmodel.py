@@ -13,11 +13,13 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from nbtrain.backends.base import Batch, RunState
+from nbtrain.model import Batch, LogPage, RunState
 from nbtrain.view import RunView
 from nbtrain.widgets.decimate import decimate
 
-__all__ = ["MonitorLimits", "MonitorModel", "rank_states"]
+__all__ = ["MAX_PAGE", "MonitorLimits", "MonitorModel", "page_reply", "page_request", "rank_states"]
+
+MAX_PAGE = 1000  # lines per ``page`` reply (PROTOCOL.md)
 
 
 @dataclass(frozen=True)
@@ -32,6 +34,20 @@ class MonitorLimits:
     stall_after_s: float = 20.0  # a running rank silent this long is "stalled"
     straggler_min_gap: int = 3  # steps behind the median before a rank is a straggler
     straggler_fraction: float = 0.1  # ... or this fraction of the median, whichever is larger
+
+
+def page_request(before: int, limit: int) -> tuple[int, int]:
+    """The (start, limit) of the log read that answers ``{"type": "page", "before": before, "limit": limit}``:
+    the up to ``limit`` (1..MAX_PAGE) lines with indices ``< before``."""
+    limit = max(1, min(MAX_PAGE, limit))
+    end = max(0, before)
+    start = max(0, end - limit)
+    return start, end - start
+
+
+def page_reply(rank: int, page: LogPage) -> dict[str, Any]:
+    """The ``page`` message for a page read by line number (``page.start`` is an absolute index)."""
+    return {"type": "page", "rank": rank, "start": page.start, "lines": list(page.lines), "eof": page.start == 0}
 
 
 def rank_states(view: RunView, nodes_count: int, procs: int, now: float, limits: MonitorLimits,

@@ -62,9 +62,44 @@ async def test_list_detail_logs_metrics(jp_fetch: Any, survivors: Any) -> None:
     page = await _json(jp_fetch, "nbtrain", "runs", run.id, "logs", "1", offset="1", limit="2")
     assert page["lines"] == ["rank 1 step 1", "rank 1 step 2"] and page["total"] == 5
     tail = await _json(jp_fetch, "nbtrain", "runs", run.id, "logs", "0", offset="-1")
-    assert tail["lines"] == ["rank 0 step 4"]
+    assert tail["lines"] == ["rank 0 step 4"] and tail["offset"] == tail["total"] - 1
     metrics = await _json(jp_fetch, "nbtrain", "runs", run.id, "metrics", last="2")
     assert metrics["metrics"]["loss"] == [[3, 0.25], [4, 0.2]]
+
+
+def _run_with_logs(home: Path, run_id: str, logs: dict[int, bytes]) -> None:
+    """A finished run record whose rank-0 log in attempt ``n`` is ``logs[n]`` (the handle follows the last)."""
+    from nbtrain.store import RunRecord, Store
+
+    store = Store(home)
+    store.save(RunRecord(run_id, JobSpec(name=run_id.split("-")[0], procs_per_node=1), "0" * 64, "local",
+                         handle={"attempt": max(logs)}, state="succeeded", ended=time.time()))
+    for attempt, data in logs.items():
+        path = store.attempt_dir(run_id, attempt) / "logs" / "rank-0.log"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+
+
+async def test_log_pages_by_line_number_from_the_end_and_per_attempt(jp_fetch: Any, home: Path) -> None:
+    lines = [f"line {i}" for i in range(3000)]
+    _run_with_logs(home, "paged-000001", {0: b"old attempt\n",
+                                           1: "".join(x + "\r\n" for x in lines).encode() + b"half writ"})
+    page = await _json(jp_fetch, "nbtrain", "runs", "paged-000001", "logs", "0", offset="1500", limit="3")
+    assert page == {"run": "paged-000001", "rank": 0, "attempt": 1, "offset": 1500, "total": 3000,
+                    "lines": lines[1500:1503]}
+    tail = await _json(jp_fetch, "nbtrain", "runs", "paged-000001", "logs", "0", offset="-2")
+    assert (tail["offset"], tail["total"], tail["lines"]) == (2998, 3000, lines[-2:])  # no half-written line
+    count = await _json(jp_fetch, "nbtrain", "runs", "paged-000001", "logs", "0", offset="0", limit="0")
+    assert (count["lines"], count["total"]) == ([], 3000)
+    past = await _json(jp_fetch, "nbtrain", "runs", "paged-000001", "logs", "0", offset="5000")
+    assert (past["offset"], past["lines"]) == (5000, [])
+    first = await _json(jp_fetch, "nbtrain", "runs", "paged-000001", "logs", "0", attempt="0")
+    assert (first["attempt"], first["lines"]) == (0, ["old attempt"])
+    missing = await _json(jp_fetch, "nbtrain", "runs", "paged-000001", "logs", "7", offset="-10")
+    assert (missing["lines"], missing["total"]) == ([], 0)
+    with pytest.raises(tornado.httpclient.HTTPClientError) as caught:
+        await jp_fetch("nbtrain", "runs", "paged-000001", "logs", "0", params={"offset": "ten"})
+    assert caught.value.code == 400
 
 
 async def test_cancel_from_the_server_ends_the_gang(jp_fetch: Any, survivors: Any) -> None:
