@@ -32,9 +32,9 @@ from nbtrain.errors import SpecError
 from nbtrain.spec import LIMITS, JobSpec, choices_of
 
 __all__ = [
-    "BACKENDS", "EXCLUDED_FIELDS", "OPTIONS", "SURFACES", "BackendInfo", "Option", "TomlError",
-    "add_arguments", "build_parser", "check_supported", "dialog_data", "given_options", "markdown",
-    "option_for_flag", "options_for", "spec_from_namespace", "spec_from_toml", "spec_to_toml",
+    "BACKENDS", "EXCLUDED_FIELDS", "OPTIONS", "SURFACES", "TOML_TABLES", "BackendInfo", "Option", "TomlError",
+    "add_arguments", "build_parser", "check_supported", "default_spec", "dialog_data", "given_options", "markdown",
+    "option_for_flag", "options_for", "regenerated", "spec_from_namespace", "spec_from_toml", "spec_to_toml",
     "typescript", "unsupported_options",
 ]
 
@@ -65,6 +65,7 @@ BACKENDS: Mapping[str, BackendInfo] = {
 _LAUNCH = frozenset({"local", "kubernetes"})
 _K8S = frozenset({"kubernetes"})
 _CHECKPOINTS = frozenset({"local"})  # only the local supervisor restarts gangs and keeps checkpoints
+
 
 def _field_default(f: Field[Any]) -> Any:
     return f.default_factory() if f.default_factory is not MISSING else f.default
@@ -347,7 +348,8 @@ def spec_from_namespace(ns: argparse.Namespace, base: JobSpec | None = None) -> 
 
 
 def _owners(names: Sequence[str]) -> str:
-    if len(names) == 1 and names[0] != "local":
+    """"a Kubernetes option" (a backend named after a product), else "an option of the local backend only"."""
+    if len(names) == 1 and BACKENDS[names[0]].title != names[0]:
         return f"a {BACKENDS[names[0]].title} option"
     return f"an option of the {' and '.join(names)} backend{'s' if len(names) > 1 else ''} only"
 
