@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from nbtrain.backends.base import Failure, RunState
+from nbtrain.model import Failure, RunState
 from nbtrain.events import Event, EventKind
 
 __all__ = ["RankInfo", "RunView"]

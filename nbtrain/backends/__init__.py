@@ -1,24 +1,63 @@
-"""Backends: where gangs run. ``get_backend(name)`` returns one by name."""
+"""Backends: where gangs run, found through the ``nbtrain.backends`` entry-point group.
+
+A backend is a :class:`nbtrain.backends.base.Backend` subclass registered by any installed package::
+
+    [project.entry-points."nbtrain.backends"]
+    slurm = "nbtrain.backends.slurm:SlurmBackend"
+
+so adding one is a new package folder plus that line, not edits across nbtrain. Entry points are loaded
+lazily, on first use of that backend (a Kubernetes client import costs seconds).
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from functools import cache
+from importlib.metadata import EntryPoint, entry_points
+from typing import TYPE_CHECKING, Any
 
 from nbtrain.errors import SpecError
 
-__all__ = ["get_backend"]
+if TYPE_CHECKING:
+    from nbtrain.backends.base import Backend
+
+__all__ = ["ENTRY_POINT_GROUP", "backend_class", "backend_names", "get_backend"]
+
+ENTRY_POINT_GROUP = "nbtrain.backends"
 
 
-def get_backend(name: str, **options: Any) -> Any:
-    """The backend called ``name`` ("local"; "kubernetes" when implemented), created lazily."""
-    if name == "local":
-        from nbtrain.backends.local import LocalBackend
+@cache
+def _entry_points() -> dict[str, EntryPoint]:
+    found = {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+    if not found:
+        raise SpecError(
+            f"no nbtrain backend is registered (entry-point group {ENTRY_POINT_GROUP!r} is empty): nbtrain's "
+            "package metadata is missing; reinstall it with `pip install -e .` (from a clone) or `pip install nbtrain`."
+        )
+    return found
 
-        return LocalBackend(**options)
-    if name == "kubernetes":
-        try:
-            from nbtrain.backends.kubernetes import KubernetesBackend
-        except ImportError as error:
-            raise SpecError(f"--backend kubernetes is not available: {error}") from error
-        return KubernetesBackend(**options)
-    raise SpecError(f"--backend: unknown backend {name!r}; choose local or kubernetes.")
+
+def backend_names() -> list[str]:
+    """Names of every installed backend, sorted."""
+    return sorted(_entry_points())
+
+
+def backend_class(name: str) -> type[Backend]:
+    """The class of backend ``name``; SpecError naming the installed ones when unknown or broken."""
+    from nbtrain.backends.base import Backend
+
+    points = _entry_points()
+    if name not in points:
+        raise SpecError(f"--backend: unknown backend {name!r}; choose one of: {', '.join(sorted(points))}.")
+    try:
+        cls = points[name].load()
+    except ImportError as error:
+        raise SpecError(f"--backend {name} is not available: {error}; install what it needs "
+                        f"(entry point {points[name].value}).") from error
+    if not (isinstance(cls, type) and issubclass(cls, Backend)):
+        raise SpecError(f"--backend {name}: entry point {points[name].value} is not an nbtrain Backend subclass.")
+    return cls
+
+
+def get_backend(name: str, **options: Any) -> Backend:
+    """A new instance of backend ``name`` (options such as ``store=`` are passed to its constructor)."""
+    return backend_class(name)(**options)

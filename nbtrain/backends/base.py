@@ -1,102 +1,82 @@
 """The Backend contract every engine implements (local processes, Kubernetes, later Slurm/Ray).
 
 Shape borrowed from TorchX: a pure, printable dry run (:meth:`Backend.plan`) that returns the backend's
-own request, and thin I/O methods around it. The same contract test-suite runs on every backend.
+own request, and thin I/O methods around it. The contract is a type, not a docstring:
+
+- :class:`Backend` is an abstract base with template methods. ``plan`` refuses every option the backend
+  does not honour (:func:`nbtrain.flags.check_supported`) before the backend's own ``_plan`` runs;
+  ``cancel`` is idempotent in the base (terminal check, then ``_cancel_existing``);
+- :class:`StoreBackedBackend` reads what every backend keeps in the store the same way (cursor, events,
+  paged logs, list), so an engine only says how to start, observe and stop its gang;
+- :class:`Capabilities` declares what a backend can do, for users (docs) and for the contract suite.
+
+The same contract test-suite (``tests/contract``) runs on every backend. Backends are found through the
+``nbtrain.backends`` entry-point group (see :mod:`nbtrain.backends`).
 """
 
 from __future__ import annotations
 
-import enum
+import abc
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from pathlib import Path
+from typing import Any, ClassVar, Protocol
 
 from nbtrain.events import Event
+from nbtrain.model import Batch, Failure, LogLine, LogPage, RunState, RunStatus
 from nbtrain.spec import JobSpec
+from nbtrain.store import Store
 
-__all__ = ["Backend", "Batch", "Failure", "LogLine", "Plan", "RunCursor", "RunHandle", "RunState", "RunStatus"]
-
-
-class RunState(str, enum.Enum):
-    """Lifecycle of a run. Terminal states never change again."""
-
-    PENDING = "pending"  # recorded, not yet launched
-    QUEUED = "queued"  # waiting for admission (Kueue) or scheduling
-    STARTING = "starting"  # processes/pods starting, no rank has reported yet
-    RUNNING = "running"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-
-    @property
-    def terminal(self) -> bool:
-        """True for SUCCEEDED, FAILED and CANCELLED."""
-        return self in (RunState.SUCCEEDED, RunState.FAILED, RunState.CANCELLED)
-
-
-@dataclass(frozen=True)
-class Failure:
-    """The first failing rank of a run and why. ``rank`` is None when no rank can be blamed."""
-
-    reason: str
-    rank: int | None = None
-    node: int | None = None
-    exit_code: int | None = None
-    signal: str | None = None
-    exc_type: str | None = None
-    message: str | None = None
-    traceback: str | None = None
-    last_lines: tuple[str, ...] = ()
-    cell_line: int | None = None
-    time: float | None = None
-
-    def summary(self) -> str:
-        """One line: 'rank 3 (node 1) failed: ValueError: boom (cell line 4)'."""
-        who = f"rank {self.rank}" if self.rank is not None else "the gang"
-        if self.node is not None:
-            who += f" (node {self.node})"
-        what = self.reason
-        if self.exc_type:
-            what = f"{self.exc_type}: {self.message or ''}".strip()
-        elif self.signal:
-            what = f"killed by {self.signal}" + (f" — {self.reason}" if self.reason else "")
-        elif self.exit_code is not None:
-            what = f"exit code {self.exit_code}" + (f" — {self.reason}" if self.reason else "")
-        where = f" (cell line {self.cell_line})" if self.cell_line else ""
-        return f"{who} failed: {what}{where}"
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-serialisable form."""
-        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Failure:
-        """Inverse of :meth:`to_dict` (unknown keys ignored)."""
-        known = set(cls.__dataclass_fields__)
-        values = {k: v for k, v in data.items() if k in known}
-        values["last_lines"] = tuple(values.get("last_lines") or ())
-        return cls(**values)
-
-
-@dataclass(frozen=True)
-class RunStatus:
-    """A snapshot of a run as the backend sees it."""
-
-    state: RunState
-    attempt: int = 0
-    started: float | None = None
-    ended: float | None = None
-    failure: Failure | None = None
-    detail: str = ""
+__all__ = [
+    "Backend",
+    "Batch",
+    "Capabilities",
+    "Failure",
+    "LogLine",
+    "LogPage",
+    "Plan",
+    "RunCursor",
+    "RunHandle",
+    "RunState",
+    "RunStatus",
+    "StoreBackedBackend",
+]
 
 
 @dataclass(frozen=True)
 class RunHandle:
-    """What a backend needs to find a run again (saved in the RunRecord; survives kernel restarts)."""
+    """What a backend needs to find ONE ATTEMPT of a run again (saved in the RunRecord; survives kernel restarts).
+
+    ``data["attempt"]`` is the attempt this handle follows. ``submit`` returns the handle of the attempt it
+    started, and that is the handle the run keeps from then on (resume replaces it).
+    """
 
     backend: str
     run_id: str
     data: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def attempt(self) -> int:
+        """The attempt this handle follows (0 for the first launch)."""
+        return int(self.data.get("attempt", 0))
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend can do. Options it cannot honour are refused by :meth:`Backend.plan`.
+
+    ``restarts``: ``--max-restarts`` restarts a failed gang from its latest checkpoint.
+    ``checkpoints``: ``nbtrain.save_checkpoint`` has a directory every rank shares.
+    ``gpus``: ranks can be given GPUs. ``multi_node``: more than one node per gang.
+    ``shared_store``: ranks write events, logs and the result into the store directly (else they travel
+    through the backend's own log channel and are mirrored into the store).
+    """
+
+    restarts: bool
+    checkpoints: bool
+    gpus: bool
+    multi_node: bool
+    shared_store: bool
 
 
 @dataclass(frozen=True)
@@ -114,12 +94,13 @@ class Plan:
     bundle_dir: str
     request: Mapping[str, Any]
     notices: tuple[str, ...] = ()
+    attempt: int = 0
 
     def render(self) -> str:
         """Human-readable plan (what ``--dry-run`` prints after the capture report)."""
         lines = [
             f"backend:   {self.backend}",
-            f"run id:    {self.run_id} (not submitted)",
+            f"run id:    {self.run_id} (not submitted)" + (f", attempt {self.attempt}" if self.attempt else ""),
             f"gang:      {self.spec.nodes} node(s) x {self.spec.procs} process(es) = world size {self.spec.world_size}",
             f"bundle:    {self.bundle_digest[:16]} at {self.bundle_dir}",
         ]
@@ -130,24 +111,6 @@ class Plan:
         return "\n".join(lines)
 
 
-@dataclass(frozen=True)
-class LogLine:
-    """One line of output attributed to a global rank (``rank`` None: a launcher/node line)."""
-
-    rank: int | None
-    text: str
-    attempt: int = 0
-    node: int | None = None
-
-
-@dataclass(frozen=True)
-class Batch:
-    """What a cursor found since its previous poll."""
-
-    events: tuple[Event, ...] = ()
-    lines: tuple[LogLine, ...] = ()
-
-
 class RunCursor(Protocol):
     """An incremental reader over one run's events and log lines, from the start of the first attempt.
 
@@ -156,30 +119,60 @@ class RunCursor(Protocol):
     """
 
     def poll(self, *, max_lines: int = 50_000) -> Batch:
-        """Everything new since the previous poll (non-blocking)."""
+        """Everything new since the previous poll (non-blocking). ``max_lines=0`` skips log lines."""
         ...
 
 
-class Backend(Protocol):
-    """A place where gangs run. Every method is safe to call from any thread."""
+class Backend(abc.ABC):
+    """A place where gangs run. Every method is safe to call from any thread.
 
-    name: str
+    Subclasses set ``name`` and ``capabilities`` and implement the ``_plan``/``submit``/``status``/
+    ``cursor``/``log_page``/``_cancel_existing``/``list`` primitives; the public template methods here
+    hold the rules every backend shares.
+    """
 
-    def plan(self, spec: JobSpec, bundle_dir: str, bundle_digest: str, run_id: str) -> Plan:
-        """Pure dry run: validate ``spec`` against this backend and describe the launch.
+    name: ClassVar[str]
+    capabilities: ClassVar[Capabilities]
 
-        Raises SpecError/EnvironmentProblem for what cannot run here (e.g. more GPUs than exist).
+    def __init__(self, store: Store | None = None) -> None:
+        self.store = store or Store()
+
+    # -- plan (pure) ----------------------------------------------------------------------------
+    def plan(self, spec: JobSpec, bundle_dir: str, bundle_digest: str, run_id: str, *, attempt: int = 0) -> Plan:
+        """Pure dry run of ``attempt`` of ``run_id``: validate ``spec`` against this backend and describe the launch.
+
+        Every option the backend does not honour is refused first (SpecError naming the option, the
+        backend and what to do instead). Raises SpecError/EnvironmentProblem for what cannot run here.
         Starts nothing, writes nothing.
         """
-        ...
+        from nbtrain.flags import check_supported
 
+        check_supported(spec, self.name)
+        return self._plan(spec, bundle_dir, bundle_digest, run_id, attempt=attempt)
+
+    @abc.abstractmethod
+    def _plan(self, spec: JobSpec, bundle_dir: str, bundle_digest: str, run_id: str, *, attempt: int) -> Plan:
+        """The backend's own dry run (``spec`` is already known to be supported)."""
+
+    # -- I/O ------------------------------------------------------------------------------------
+    @abc.abstractmethod
     def submit(self, plan: Plan) -> RunHandle:
-        """Start the gang described by ``plan`` and return at once (does not wait for ranks)."""
-        ...
+        """Start the gang of ``plan`` (one attempt) and return its handle at once (does not wait for ranks).
 
+        If anything fails, nothing of the attempt is left running and the error is raised.
+        """
+
+    @abc.abstractmethod
     def status(self, handle: RunHandle) -> RunStatus:
-        """Current state. A run whose controller vanished without a verdict reports FAILED with the reason."""
-        ...
+        """The state of ``handle``'s attempt (or of a later automatic restart of it).
+
+        A run whose controller vanished without a verdict reports FAILED with the reason, and only once
+        none of its processes is left: a terminal run never leaves a process.
+        """
+
+    @abc.abstractmethod
+    def cursor(self, handle: RunHandle) -> RunCursor:
+        """A fresh cursor positioned at the beginning of the run (every attempt: backfill, then follow)."""
 
     def events(self, handle: RunHandle, *, follow: bool = False, poll_s: float = 0.2) -> Iterator[Event]:
         """Every event of the run in per-source order, each exactly once.
@@ -187,23 +180,94 @@ class Backend(Protocol):
         - ``follow=False``: what exists now, then stop.
         - ``follow=True``: keep yielding until the run is terminal and everything is read.
         """
-        ...
+        from nbtrain.backends.storecursor import follow_events
+
+        return follow_events(self.cursor(handle), lambda: self.status(handle).state.terminal,
+                             follow=follow, poll_s=poll_s)
+
+    @abc.abstractmethod
+    def log_page(self, handle: RunHandle, rank: int, start: int, limit: int, *, attempt: int | None = None) -> LogPage:
+        """Up to ``limit`` lines of global rank ``rank``'s output from line ``start`` (negative: from the end).
+
+        ``attempt`` None means the handle's attempt. Reads by seeking (cost independent of the log's size).
+        An unknown rank or a rank that has not started gives an empty page.
+        """
 
     def logs(self, handle: RunHandle, rank: int, *, tail: int | None = None, attempt: int | None = None) -> list[str]:
-        """Lines of one global rank's output (stdout and stderr), oldest first; ``tail`` keeps the last N.
+        """Lines of one rank, oldest first: the last ``tail`` lines, or (``tail`` None) the whole log.
 
-        ``attempt`` None means the latest attempt. Unknown rank: [] (the rank may not have started).
+        Reading a whole log is for small logs and exports; readers of live runs use :meth:`log_page`.
         """
-        ...
-
-    def cursor(self, handle: RunHandle) -> RunCursor:
-        """A fresh cursor positioned at the beginning of the run (backfill, then follow)."""
-        ...
+        if tail is not None:
+            return list(self.log_page(handle, rank, -tail, tail, attempt=attempt).lines) if tail > 0 else []
+        out: list[str] = []
+        while True:
+            page = self.log_page(handle, rank, len(out), 10_000, attempt=attempt)
+            out.extend(page.lines)
+            if len(page.lines) < 10_000:
+                return out
 
     def cancel(self, handle: RunHandle) -> None:
-        """End every process/pod of the run. Idempotent; cancelling a finished run does nothing."""
-        ...
+        """End every process of the run; returns once it is terminal. Idempotent: a finished run is left as it is."""
+        if self.status(handle).state.terminal:
+            self._after_terminal(handle)
+            return
+        self._cancel_existing(handle)
 
+    @abc.abstractmethod
+    def _cancel_existing(self, handle: RunHandle) -> None:
+        """Cancel a run that was not terminal a moment ago; return once it is terminal."""
+
+    def _after_terminal(self, handle: RunHandle) -> None:
+        """Called by ``cancel`` on a terminal run: end anything a crashed controller left (default: nothing)."""
+        return None
+
+    @abc.abstractmethod
     def list(self) -> list[RunHandle]:
         """Every run this backend knows of, newest first."""
-        ...
+
+
+class StoreBackedBackend(Backend):
+    """A backend whose runs are read from the store layout (``runs/<id>/attempts/<n>/{events,logs}``).
+
+    The local backend's ranks write those files themselves; other backends mirror their gang's output into
+    them. Either way cursors, events, paged logs and the run list read the same files.
+    """
+
+    def cursor(self, handle: RunHandle) -> RunCursor:
+        """See :meth:`Backend.cursor`."""
+        from nbtrain.backends.storecursor import StoreCursor
+
+        return StoreCursor(self.store, handle.run_id)
+
+    def log_path(self, handle: RunHandle, rank: int, attempt: int | None = None) -> Path:
+        """The store file of ``rank``'s log in ``attempt`` (default: the handle's)."""
+        chosen = handle.attempt if attempt is None else attempt
+        return self.store.attempt_dir(handle.run_id, chosen) / "logs" / f"rank-{rank}.log"
+
+    def log_page(self, handle: RunHandle, rank: int, start: int, limit: int, *, attempt: int | None = None) -> LogPage:
+        """See :meth:`Backend.log_page`."""
+        from nbtrain.logpage import read_page
+
+        if rank < 0:
+            return LogPage()
+        self._before_log_read(handle)
+        return read_page(self.log_path(handle, rank, attempt), start, limit)
+
+    def _before_log_read(self, handle: RunHandle) -> None:
+        """Hook: make sure the store copy of the logs is current (mirroring backends). Default: nothing."""
+        return None
+
+    def list(self) -> list[RunHandle]:
+        """Runs in the store that used this backend, newest first."""
+        return [RunHandle(self.name, r.run_id, r.handle) for r in self.store.records() if r.backend == self.name]
+
+
+def handles_equal(a: RunHandle, b: RunHandle) -> bool:
+    """Same backend, run and attempt (what a watcher compares to notice a resume)."""
+    return (a.backend, a.run_id, a.attempt) == (b.backend, b.run_id, b.attempt)
+
+
+def known_keys(data: Mapping[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
+    """``data`` restricted to ``keys`` (what a handle keeps of a request)."""
+    return {k: data[k] for k in keys if k in data}

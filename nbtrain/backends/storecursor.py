@@ -12,8 +12,9 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from nbtrain.backends.base import Batch, LogLine, RunCursor
+from nbtrain.backends.base import RunCursor
 from nbtrain.events import Event, FileTail, parse_line
+from nbtrain.model import Batch, LogLine
 from nbtrain.store import Store
 
 __all__ = ["StoreCursor", "attempt_numbers", "follow_events", "tail_lines"]

@@ -12,7 +12,7 @@ import signal
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from nbtrain.backends.base import Failure
+from nbtrain.model import Failure
 
 __all__ = ["Candidate", "choose_first_failure", "is_collateral", "parse_elastic_failures", "signal_name"]
 

@@ -1,30 +1,29 @@
-"""The user's side of a run: submit (spec + bundle -> backend -> store -> watcher) and the Run handle.
+"""The thin user handle of one run: state, wait, data, cancel/resume, display.
 
 A Run is cheap to rebuild: everything lives in the store and the backend, so ``attach(run_id)`` in a
-new kernel gives the same handle as the one returned at submit.
+new kernel gives the same handle as the one returned at submit. Reading is done by one
+:class:`~nbtrain.client.watcher.RunWatcher`; launching by :mod:`nbtrain.client.launch`.
 """
 
 from __future__ import annotations
 
-import shutil
-import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 from nbtrain.backends import get_backend
-from nbtrain.backends.base import Batch, Failure, Plan, RunHandle, RunState
+from nbtrain.backends.base import Backend, Plan, RunCursor, RunHandle
+from nbtrain.client import launch
+from nbtrain.client.progress import ProgressLine
+from nbtrain.client.watcher import RunWatcher
 from nbtrain.errors import NbtrainError, RunFailedError
 from nbtrain.events import Event
+from nbtrain.model import Batch, Failure, LogPage, RunSnapshot, RunState, RunStatus
 from nbtrain.spec import JobSpec, tracking_default
 from nbtrain.store import RunRecord, Store
 from nbtrain.view import RunView
 
-__all__ = ["Run", "attach", "plan_bundle", "rerun", "runs", "submit_bundle"]
-
-WATCH_PERIOD_S = 0.1
+__all__ = ["Run"]
 
 
 class Run:
@@ -33,21 +32,17 @@ class Run:
     ``status()``, ``wait()``, ``logs()``, ``metrics()``, ``result()``, ``cancel()``, ``failure``.
     """
 
-    def __init__(self, record: RunRecord, store: Store, backend: Any | None = None) -> None:
+    def __init__(self, record: RunRecord, store: Store, backend: Backend | None = None) -> None:
         self.record = record
         self.store = store
-        self.backend = backend or get_backend(record.backend, store=store)
-        self.handle = RunHandle(record.backend, record.run_id, record.handle)
-        self.view = RunView()
-        self._cursor = self.backend.cursor(self.handle)
-        self._lock = threading.RLock()
-        self._listeners: list[Callable[[Batch], None]] = []
-        self._line_listeners = 0  # listeners that want log lines (reading lines costs: only when needed)
+        self.backend: Backend = backend or get_backend(record.backend, store=store)
+        self.handle = RunHandle(record.backend, record.run_id, record.handle)  # the current attempt's
+        self._watcher = RunWatcher(self.backend, lambda: self.handle, self._note_status, name=f"nbtrain-watch-{self.id}")
+        self._lock = self._watcher.lock
         self._tracker: Any = None
-        self._watcher: threading.Thread | None = None
-        self._stop = threading.Event()
         self._monitor: Any = None
         self._display: Any = None
+        self._extra_notices: list[str] = []
 
     # -- identity ---------------------------------------------------------------------------------
     @property
@@ -61,19 +56,23 @@ class Run:
         return self.record.spec
 
     # -- state ------------------------------------------------------------------------------------
+    @property
+    def view(self) -> RunView:
+        """The folded events of the run (read it under the run's lock; readers prefer :meth:`snapshot`)."""
+        return self._watcher.view
+
     def sync(self, *, with_lines: bool = False) -> Batch:
         """Read what is new from the backend and fold it into :attr:`view` (also done by the watcher)."""
-        with self._lock:
-            batch = self._cursor.poll(max_lines=50_000 if (with_lines or self._line_listeners) else 0)
-            for event in batch.events:
-                self.view.apply(event)
-            for listener in list(self._listeners):
-                listener(batch)
-            return batch
+        return self._watcher.sync(with_lines=with_lines)
 
     def status(self) -> RunState:
-        """The run's state now (asks the backend; records the verdict when terminal)."""
+        """The run's state now (asks the backend about the current attempt; records the verdict when terminal)."""
         status = self.backend.status(self.handle)
+        self._note_status(status)
+        return status.state
+
+    def _note_status(self, status: RunStatus) -> None:
+        """Record a terminal verdict of the current attempt in the store (once)."""
         if status.state.terminal and self.record.state != status.state.value:
             self.sync()
             self.record.state = status.state.value
@@ -81,7 +80,6 @@ class Run:
             failure = status.failure or self.view.failure
             self.record.failure = failure.to_dict() if failure else None
             self.store.save(self.record)
-        return status.state
 
     @property
     def failure(self) -> Failure | None:
@@ -97,7 +95,7 @@ class Run:
         FAILED and ``raise_on_failure``. Ctrl-C cancels the run and re-raises KeyboardInterrupt.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
-        line = _ProgressLine(enabled=progress)
+        line = ProgressLine(enabled=progress)
         try:
             while True:
                 state = self.status()
@@ -137,10 +135,21 @@ class Run:
 
     # -- data -------------------------------------------------------------------------------------
     def logs(self, rank: int = 0, *, tail: int | None = None, attempt: int | None = None) -> str:
-        """Output of one global rank (stdout and stderr, C-level included), oldest first."""
+        """Output of one global rank (stdout and stderr, C-level included), oldest first; ``tail``: the last N lines.
+
+        ``attempt`` None is the current attempt. For large logs read pages with :meth:`log_page`.
+        """
+        self._check_rank(rank)
+        return "\n".join(self.backend.logs(self.handle, rank, tail=tail, attempt=attempt))
+
+    def log_page(self, rank: int, start: int, limit: int, *, attempt: int | None = None) -> LogPage:
+        """Up to ``limit`` lines of ``rank`` from line ``start`` (negative: from the end); reads by seeking."""
+        self._check_rank(rank)
+        return self.backend.log_page(self.handle, rank, start, limit, attempt=attempt)
+
+    def _check_rank(self, rank: int) -> None:
         if not 0 <= rank < self.spec.world_size:
             raise ValueError(f"rank {rank} does not exist; this run has ranks 0-{self.spec.world_size - 1}.")
-        return "\n".join(self.backend.logs(self.handle, rank, tail=tail, attempt=attempt))
 
     def metrics(self, rank: int = 0) -> dict[str, list[tuple[int, float]]]:
         """Every metric ``rank`` reported so far: ``{name: [(step, value), ...]}`` in report order.
@@ -175,28 +184,24 @@ class Run:
         """Launch the run again as a new attempt, from its latest complete checkpoint (same spec and bundle).
 
         The training code restores with ``start = nbtrain.restore(accelerator)``. Raises NbtrainError
-        while the run is still going. Returns this handle (now following the new attempt).
+        while the run is still going. Returns this handle, now following the new attempt.
         """
-        return self._relaunch(self.record.bundle_digest, kind="resume")
+        return self.relaunch(self.record.bundle_digest, kind="resume")
 
-    def _relaunch(self, bundle_digest: str, *, kind: str) -> Run:
+    def plan_resume(self, bundle_digest: str | None = None) -> Plan:
+        """The plan of the next attempt (``--dry-run`` of a resume): nothing is launched or recorded."""
         state = self.status()
         if not state.terminal:
             raise NbtrainError(f"run {self.id} is still {state.value}; wait for it or cancel it before resuming.")
-        bundle_dir = self.store.bundles / bundle_digest
-        if not bundle_dir.is_dir():
-            raise NbtrainError(f"the bundle {bundle_digest[:12]} of run {self.id} is gone from {self.store.bundles}; "
-                               "re-run the cell with --resume instead.")
-        attempt = max([self.view.attempt, *self.view.attempts, -1]) + 1
-        plan = self.backend.plan(self.spec, str(bundle_dir), bundle_digest, self.id, attempt=attempt)
-        self.record.attempts.append({"attempt": attempt, "submitted": time.time(), "kind": kind,
-                                     "bundle_digest": bundle_digest})
-        self.record.bundle_digest = bundle_digest
-        self.record.state = RunState.PENDING.value
-        self.record.failure = None
-        self.record.ended = None
-        self.store.save(self.record)
-        self.backend.submit(plan)
+        digest = bundle_digest or self.record.bundle_digest
+        bundle_dir = launch.bundle_dir_of(self.store, digest, self.id)
+        attempt = launch.next_attempt(self.record, max([self.view.attempt, *self.view.attempts, -1]))
+        return self.backend.plan(self.spec, str(bundle_dir), digest, self.id, attempt=attempt)
+
+    def relaunch(self, bundle_digest: str, *, kind: str) -> Run:
+        """Launch a new attempt of this run with ``bundle_digest`` (``--resume RUN`` passes the cell's new bundle)."""
+        plan = self.plan_resume(bundle_digest)
+        self.handle = launch.start_attempt(self.store, self.backend, self.record, plan, kind=kind)
         self.watch()
         return self
 
@@ -235,9 +240,7 @@ class Run:
 
         Listeners must not print or display (output would land in whatever cell runs then).
         """
-        with self._lock:
-            self._listeners.append(listener)
-            self._line_listeners += int(lines)
+        self._watcher.subscribe(listener, lines=lines)
         self.watch()
 
     def _start_tracking(self) -> None:
@@ -256,28 +259,41 @@ class Run:
 
     def watch(self) -> None:
         """Start the single background watcher of this handle (no-op if running or the run ended)."""
-        with self._lock:
-            if self._watcher is not None and self._watcher.is_alive():
-                return
-            self._stop.clear()
-            self._watcher = threading.Thread(target=self._watch, name=f"nbtrain-watch-{self.id}", daemon=True)
-            self._watcher.start()
-
-    def _watch(self) -> None:
-        while not self._stop.is_set():
-            try:
-                state = self.status()
-                self.sync()
-            except Exception:  # noqa: BLE001 - the watcher must never die on a transient read error
-                state = RunState.RUNNING
-            if state.terminal:
-                self.sync()
-                return
-            self._stop.wait(WATCH_PERIOD_S)
+        self._watcher.start()
 
     def stop_watching(self) -> None:
         """Stop the watcher thread (the run itself goes on)."""
-        self._stop.set()
+        self._watcher.stop()
+
+    # -- the read interface (what the widget, tracking, the server and the CLI use) -----------------
+    def cursor(self) -> RunCursor:
+        """A fresh cursor over every event and line of the run, from the beginning."""
+        return self.backend.cursor(self.handle)
+
+    def notice(self, message: str) -> None:
+        """Show ``message`` with the run's notices in this process (e.g. a reader's own problem)."""
+        with self._lock:
+            if message not in self._extra_notices:
+                self._extra_notices.append(message)
+
+    def snapshot(self) -> RunSnapshot:
+        """An immutable picture of the run now (state from the backend, the rest from the events read so far)."""
+        status = self.backend.status(self.handle)
+        self._note_status(status)
+        self.sync()
+        with self._lock:
+            view = self.view
+            steps = [i.last_step for i in view.ranks.values() if i.last_step is not None]
+            failure = status.failure or view.failure if status.state is RunState.FAILED else None
+            return RunSnapshot(
+                run_id=self.id, name=self.spec.name, backend=self.record.backend, state=status.state,
+                attempt=max(status.attempt, view.attempt), nodes=self.spec.nodes, procs=self.spec.procs,
+                world_size=self.spec.world_size, created=self.record.created,
+                started=view.started or status.started, ended=status.ended or view.ended,
+                step=max(steps) if steps else None, total=view.total, failure=failure,
+                can_resume=status.state.terminal, notices=tuple(view.notices + self._extra_notices),
+                last_metrics=view.last_metrics(0), detail=status.detail,
+            )
 
     # -- display ----------------------------------------------------------------------------------
     def monitor(self) -> Any:
@@ -289,8 +305,7 @@ class Run:
                 self.sync()
                 self._monitor = MonitorWidget(self)
                 # the monitor goes first: its final render must not wait for tracking's end-of-run flush
-                self._listeners.insert(0, self._monitor.on_batch)
-                self._line_listeners += 1
+                self._watcher.subscribe(self._monitor.on_batch, lines=True, first=True)
         self.watch()
         return self._monitor
 
@@ -311,7 +326,8 @@ class Run:
 
 
     def __repr__(self) -> str:
-        return f"<Run {self.id} {self.spec.nodes}x{self.spec.procs} {self.record.backend}: {self.status().value}>"
+        # no I/O here: the last state this handle recorded (status() asks the backend)
+        return f"<Run {self.id} {self.spec.nodes}x{self.spec.procs} {self.record.backend}: {self.record.state}>"
 
     def summary(self) -> str:
         """Readable multi-line summary: state, world size, duration, last metrics, failure."""
@@ -343,144 +359,3 @@ class Run:
             if failure.traceback:
                 lines += ["    " + t for t in failure.traceback.rstrip().splitlines()[-15:]]
         return "\n".join(lines)
-
-
-class _ProgressLine:
-    """One status line that rewrites itself: a display handle in IPython, ``\\r`` on a terminal, lines otherwise."""
-
-    def __init__(self, enabled: bool = True) -> None:
-        self.enabled = enabled
-        self.handle: Any = None
-        self.last = ""
-        self.last_plain = 0.0
-        ipython = sys.modules.get("IPython")
-        if enabled and ipython is not None and getattr(ipython, "get_ipython", lambda: None)() is not None:
-            from IPython.display import display
-
-            self.handle = display({"text/plain": ""}, raw=True, display_id=True)
-
-    def update(self, text: str) -> None:
-        if not self.enabled or text == self.last:
-            return
-        self.last = text
-        if self.handle is not None:
-            self.handle.update({"text/plain": text}, raw=True)
-        elif sys.stderr.isatty():
-            sys.stderr.write("\r\033[K" + text)
-            sys.stderr.flush()
-        elif time.monotonic() - self.last_plain > 5:
-            self.last_plain = time.monotonic()
-            sys.stderr.write(text + "\n")
-
-    def close(self) -> None:
-        if self.enabled and self.handle is None and sys.stderr.isatty():
-            sys.stderr.write("\n")
-
-
-def _prepare(bundle: Any, spec: JobSpec, store: Store | None, backend: Any | None) -> tuple[Store, Any, Path]:
-    store = store or Store()
-    store.ensure_writable()
-    backend = backend or get_backend(spec.backend, store=store)
-    return store, backend, bundle.write(store.bundles)
-
-
-def plan_bundle(bundle: Any, spec: JobSpec, *, store: Store | None = None, backend: Any | None = None) -> Plan:
-    """Dry run: write the (content-addressed) bundle and return the backend's plan; nothing is submitted."""
-    store, backend, bundle_dir = _prepare(bundle, spec, store, backend)
-    return backend.plan(spec, str(bundle_dir), bundle.digest, f"{spec.slug}-dryrun")
-
-
-def submit_bundle(
-    bundle: Any,
-    spec: JobSpec,
-    *,
-    store: Store | None = None,
-    kind: str = "cell",
-    notebook: dict[str, Any] | None = None,
-    backend: Any | None = None,
-) -> Run:
-    """Plan and submit ``bundle`` under ``spec``; returns the watched Run at once.
-
-    Order: write the bundle (content-addressed), plan (all validation; nothing runs), save the
-    RunRecord, then start the gang. A failure before submit leaves no run behind.
-    """
-    store, backend, bundle_dir = _prepare(bundle, spec, store, backend)
-    run_id = store.new_run_id(spec.name)
-    try:
-        plan = backend.plan(spec, str(bundle_dir), bundle.digest, run_id)
-    except BaseException:
-        _remove_empty(store.run_dir(run_id))
-        raise
-    record = RunRecord(run_id=run_id, spec=spec, bundle_digest=bundle.digest, backend=backend.name,
-                       kind=kind, notebook=dict(notebook or {}))
-    record.attempts.append({"attempt": 0, "submitted": time.time()})
-    store.save(record)
-    try:
-        handle = backend.submit(plan)
-    except BaseException:
-        # nothing started (403, 409, no kubeconfig, ...): leave no "pending" run behind
-        shutil.rmtree(store.run_dir(run_id), ignore_errors=True)
-        raise
-    record.handle = dict(handle.data)
-    store.save(record)
-    run = Run(record, store, backend)
-    run._start_tracking()
-    run.watch()
-    return run
-
-
-def _remove_empty(path: Path) -> None:
-    try:
-        path.rmdir()
-    except OSError:
-        pass
-
-
-def attach(run_id: str, *, store: Store | None = None, watch: bool = True) -> Run:
-    """Rebuild the handle of ``run_id`` (a unique prefix is enough) from the store, e.g. after a kernel restart."""
-    store = store or Store()
-    record = store.load(store.resolve(run_id))
-    run = Run(record, store)
-    run.sync()
-    if watch:
-        run._start_tracking()
-        run.watch()
-    return run
-
-
-def rerun(run_id: str | None = None, *, store: Store | None = None) -> Run:
-    """Run ``run_id`` (default: the newest FAILED run) again as a NEW run: same spec, same bundle, no checkpoint."""
-    store = store or Store()
-    if run_id is None:
-        failed = [r for r in runs(store=store) if r.status() is RunState.FAILED]
-        if not failed:
-            raise NbtrainError("there is no failed run to re-run; name one: %nbtrain rerun RUN.")
-        source = failed[0]
-    else:
-        source = attach(run_id, store=store, watch=False)
-    bundle_dir = store.bundles / source.record.bundle_digest
-    if not bundle_dir.is_dir():
-        raise NbtrainError(f"the bundle of run {source.id} is gone from {store.bundles}; run its cell again.")
-    backend = get_backend(source.record.backend, store=store)
-    new_id = store.new_run_id(source.spec.name)
-    try:
-        plan = backend.plan(source.spec, str(bundle_dir), source.record.bundle_digest, new_id)
-    except BaseException:
-        _remove_empty(store.run_dir(new_id))
-        raise
-    record = RunRecord(run_id=new_id, spec=source.spec, bundle_digest=source.record.bundle_digest,
-                       backend=backend.name, kind=source.record.kind, notebook=dict(source.record.notebook))
-    record.attempts.append({"attempt": 0, "submitted": time.time(), "rerun_of": source.id})
-    store.save(record)
-    record.handle = dict(backend.submit(plan).data)
-    store.save(record)
-    run = Run(record, store, backend)
-    run._start_tracking()
-    run.watch()
-    return run
-
-
-def runs(*, store: Store | None = None) -> list[Run]:
-    """Every run in the store, newest first (handles are not watched)."""
-    store = store or Store()
-    return [Run(record, store) for record in store.records()]

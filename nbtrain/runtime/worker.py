@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from nbtrain.events import EventKind
-from nbtrain.runtime import context, hooks
+from nbtrain.runtime import context, hooks, watchdog
 
 RESULT_NAME = "__nbtrain_result__"
 
@@ -246,6 +246,7 @@ def main(argv: list[str] | None = None) -> None:
         host=socket.gethostname(),
         world_size=ctx.world_size,
     )
+    watchdog.watch_supervisor(rank)
     stop = threading.Event()
     period = float(os.environ.get(context.ENV_HEARTBEAT_S, "5"))
     threading.Thread(target=_heartbeat, args=(ctx, period, stop), name="nbtrain-heartbeat", daemon=True).start()

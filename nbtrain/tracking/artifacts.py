@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nbtrain.backends.base import RunState
+from nbtrain.model import RunState
 from nbtrain.tracking.describe import failure_text, git_commit, literal_params, run_tags, spec_params
 
 if TYPE_CHECKING:

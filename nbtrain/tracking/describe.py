@@ -230,7 +230,7 @@ def git_commit(notebook: Mapping[str, Any], *, cwd: Path | None = None, timeout_
 
 def failure_text(failure: Mapping[str, Any]) -> str:
     """failure.txt: the one-line summary, then the first failing rank's traceback (or its last lines)."""
-    from nbtrain.backends.base import Failure
+    from nbtrain.model import Failure
 
     parsed = Failure.from_dict(failure)
     text = parsed.summary() + "\n"

@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from nbtrain.backends.base import Batch, RunState
+from nbtrain.model import Batch, RunState
 from nbtrain.events import Event, EventKind
 from nbtrain.tracking.artifacts import new_run_params, new_run_tags, upload_artifacts
 from nbtrain.tracking.describe import experiment_name, mlflow_key, worker_tags

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from nbtrain.backends.base import RunState
+from nbtrain.model import RunState
 from nbtrain.errors import NbtrainError, RunFailedError
 
 KUBECONFIG = os.environ.get("NBTRAIN_TEST_KUBECONFIG")

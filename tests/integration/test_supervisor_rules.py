@@ -12,7 +12,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from nbtrain.backends.base import Plan, RunHandle, RunState
+from nbtrain.backends.base import Plan, RunHandle
+from nbtrain.model import RunState
 from nbtrain.backends.local import LocalBackend
 from nbtrain.spec import JobSpec
 from nbtrain.store import Store

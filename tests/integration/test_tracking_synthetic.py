@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from nbtrain.backends.base import Failure
+from nbtrain.model import Failure
 from nbtrain.bundle import capture_cell
 from nbtrain.client import Run
 from nbtrain.events import EventKind, EventWriter

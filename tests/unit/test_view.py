@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nbtrain.backends.base import Failure, RunState
+from nbtrain.model import Failure, RunState
 from nbtrain.events import Event, EventKind, EventWriter, read_events
 from nbtrain.view import RunView
 

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from nbtrain.backends.base import Batch, Failure, Plan, RunHandle, RunState, RunStatus
+from nbtrain.backends.base import Capabilities, Plan, RunHandle, StoreBackedBackend
 from nbtrain.backends.kubernetes import manifests as mf
 from nbtrain.backends.kubernetes import names as nm
 from nbtrain.backends.kubernetes.api import KubeApi, kubeconfig_namespace
@@ -27,9 +26,9 @@ from nbtrain.backends.kubernetes.payload import build_payload
 from nbtrain.backends.kubernetes.pod import PodInputs
 from nbtrain.backends.kubernetes.podstate import parse_time
 from nbtrain.backends.kubernetes.validate import check_spec
-from nbtrain.backends.storecursor import StoreCursor, follow_events
+from nbtrain.backends.storecursor import StoreCursor
 from nbtrain.errors import BackendError, NbtrainError, SpecError
-from nbtrain.events import Event
+from nbtrain.model import Batch, Failure, RunState, RunStatus
 from nbtrain.runtime.shipping import runtime_files
 from nbtrain.spec import Device, JobSpec
 from nbtrain.store import Store
@@ -54,13 +53,15 @@ def stop_mirrors(timeout: float = 10.0) -> None:
         mirror.join(max(0.0, deadline - time.monotonic()))
 
 
-class KubernetesBackend:
+class KubernetesBackend(StoreBackedBackend):
     """Runs gangs as pods on a Kubernetes cluster. See :class:`nbtrain.backends.base.Backend`."""
 
     name = "kubernetes"
+    # No volume every pod shares yet: no checkpoints, so no automatic restarts (refused by plan()).
+    capabilities = Capabilities(restarts=False, checkpoints=False, gpus=True, multi_node=True, shared_store=False)
 
     def __init__(self, store: Store | None = None, *, options: KubeOptions | None = None) -> None:
-        self.store = store or Store()
+        super().__init__(store)
         self.options = options or KubeOptions.from_env()
         self._apis: dict[str | None, KubeApi] = {}
         self._lock = threading.Lock()
@@ -73,7 +74,7 @@ class KubernetesBackend:
             return self._apis[context]
 
     # -- plan (pure) ----------------------------------------------------------------------------
-    def plan(self, spec: JobSpec, bundle_dir: str, bundle_digest: str, run_id: str, *, attempt: int = 0) -> Plan:
+    def _plan(self, spec: JobSpec, bundle_dir: str, bundle_digest: str, run_id: str, *, attempt: int = 0) -> Plan:
         """Build the manifests of ``spec`` (no API call; reads the kubeconfig for its namespace).
 
         Raises SpecError for what the cluster would refuse: no image, invalid names or quantities,
@@ -137,7 +138,7 @@ class KubernetesBackend:
             "notices": notices,
             "describe": describe,
         }
-        return Plan(self.name, run_id, spec, bundle_digest, bundle_dir, request, tuple(notices))
+        return Plan(self.name, run_id, spec, bundle_digest, bundle_dir, request, tuple(notices), attempt)
 
     # -- I/O ------------------------------------------------------------------------------------
     def submit(self, plan: Plan, *, dry_run: bool = False) -> RunHandle:
@@ -233,32 +234,20 @@ class KubernetesBackend:
         """A cursor over every attempt's mirrored events and rank logs, from the beginning."""
         return _KubeCursor(self, handle)
 
-    def events(self, handle: RunHandle, *, follow: bool = False, poll_s: float = 0.2) -> Iterator[Event]:
-        """See :meth:`Backend.events`."""
-        return follow_events(self.cursor(handle), lambda: self.status(handle).state.terminal,
-                             follow=follow, poll_s=poll_s)
-
-    def logs(self, handle: RunHandle, rank: int, *, tail: int | None = None, attempt: int | None = None) -> list[str]:
-        """See :meth:`Backend.logs`. Reads the mirrored copy; a finished pod's log is fetched first if needed."""
+    def _before_log_read(self, handle: RunHandle) -> None:
+        """A finished pod's log is copied into the store first (bounded wait)."""
         if "name" not in handle.data:
-            return []
+            return
         mirror = self._mirror(handle)
         if mirror is not None:
             mirror.wait_drained(10.0, finished_only=True)
-        chosen = int(handle.data.get("attempt", 0)) if attempt is None else attempt
-        path = self.store.attempt_dir(handle.run_id, chosen) / "logs" / f"rank-{rank}.log"
-        try:
-            lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
-        except FileNotFoundError:
-            return []
-        return lines[-tail:] if tail else lines
 
-    def cancel(self, handle: RunHandle) -> None:
+    def _cancel_existing(self, handle: RunHandle) -> None:
         """Delete the workload with foreground propagation (its pods, ConfigMap and Service go with it).
 
-        Idempotent; returns once the run is terminal (BackendError if pods remain after 60 s).
+        Returns once the run is terminal (BackendError if pods remain after 60 s).
         """
-        if "name" not in handle.data or self.status(handle).state.terminal:
+        if "name" not in handle.data:
             return
         target = self._target(handle)
         mirror = self._mirror(handle)

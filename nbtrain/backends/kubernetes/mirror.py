@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 from nbtrain.backends import triage
-from nbtrain.backends.base import Failure, RunState, RunStatus
 from nbtrain.backends.kubernetes import names as nm
 from nbtrain.backends.kubernetes.api import KubeApi, Stream, watch_until
 from nbtrain.backends.kubernetes.errors import KubeApiError
@@ -42,15 +41,19 @@ from nbtrain.backends.kubernetes.podstate import (
     preemptable,
 )
 from nbtrain.backends.kubernetes.target import Target
+from nbtrain.backends.verdict import Cause, Clock, Observation, Rules, decide
 from nbtrain.errors import NbtrainError
 from nbtrain.events import Event, EventKind, EventWriter
+from nbtrain.model import Failure, RunState, RunStatus
 
 __all__ = ["Mirror", "Target"]
 
 WATCH_TIMEOUT_S = 45  # the server ends each watch after this; we resume from the last resourceVersion
 DRAIN_S = 20.0  # after the workload ended, wait this long at most for the logs before the verdict
-CANCEL_WAIT_S = 45.0
-DONE_WAIT_S = 10.0  # every rank reported RANK_DONE: wait this long for the workload to say Complete
+# done_grace: every rank reported RANK_DONE: wait this long for the workload to say Complete, then end it;
+# failure_settle: a rank failed: the workload's podFailurePolicy ends it within seconds; if it has not ended
+# after this long, the mirror deletes it (a terminal run never leaves pods running).
+RULES = Rules(done_grace_s=10.0, failure_settle_s=DRAIN_S, cancel_wait_s=45.0, drain_s=DRAIN_S)
 EVENTS_EVERY_S = 5.0
 LAST_LINES = 40
 
@@ -279,10 +282,31 @@ class Mirror:
     def _info(self, obj: dict[str, Any]) -> PodInfo:
         return pod_info(obj, self.t.flavor, self.container)
 
+    def _observe(self, owner: OwnerState, infos: dict[str, PodInfo], current: list[PodInfo]) -> Observation:
+        with self._lock:
+            done, errors = len(self.rank_done), bool(self.rank_errors)
+        running = any(i.running and not i.terminated for i in current)
+        ended = (owner.outcome is not None or not owner.exists) and not running
+        return Observation(
+            now=time.monotonic(), world=self.t.world, ranks_done=done,
+            rank_failed=errors or any(i.failed for i in current) or owner.outcome is RunState.FAILED,
+            gang_ended=ended, gang_clean=ended and owner.outcome is RunState.SUCCEEDED,
+            cancel_requested=self.files.cancel_requested,
+            timed_out=False,  # the cluster enforces --timeout (activeDeadlineSeconds): the workload fails
+            logs_drained=self._drained(infos),
+        )
+
+    def _end_gang(self) -> None:
+        """Delete the workload (foreground: its pods go first); a gone workload is fine."""
+        try:
+            self.api.delete(self.t.kind, self.t.name, self.t.namespace, propagation="Foreground")
+        except NbtrainError as error:
+            if "not found" not in str(error).lower():
+                self._problem(f"could not end the gang ({self.t.kind} {self.t.name}): {error}")
+
     def _main(self) -> None:
-        finishing: float | None = None
-        done_since: float | None = None
-        cancel_since: float | None = None
+        clock = Clock()
+        ended_gang = False
         try:
             while not self._stop.is_set():
                 self._wake.wait(0.5)
@@ -294,24 +318,15 @@ class Mirror:
                     infos = {uid: self._info(obj) for uid, obj in self.pods.items()}
                     current = [i for uid, i in infos.items() if uid not in self.deleted]
                 self._schedule(infos)
-                now = time.monotonic()
-                if len(self.rank_done) >= self.t.world:
-                    done_since = done_since or now
-                    if owner.outcome is RunState.SUCCEEDED or not owner.exists or now - done_since > DONE_WAIT_S:
-                        self._finish(RunState.SUCCEEDED, owner, list(infos.values()))
-                        break
-                    continue
-                if self.files.cancel_requested:
-                    cancel_since = cancel_since or now
-                    if (not owner.exists and not current) or now - cancel_since > CANCEL_WAIT_S:
-                        self._finish(RunState.CANCELLED, owner, list(infos.values()))
-                        break
-                    continue
-                if owner.outcome is not None or not owner.exists:
-                    finishing = finishing or now
-                    if self._drained(infos) or now - finishing > DRAIN_S:
-                        self._finish(owner.outcome or RunState.FAILED, owner, list(infos.values()))
-                        break
+                decision = decide(self._observe(owner, infos, current), clock, RULES)
+                clock = decision.clock
+                if decision.end_gang and not ended_gang and decision.cause is not Cause.CANCELLED:
+                    self._end_gang()  # a cancel already deleted the workload
+                    ended_gang = True
+                if decision.verdict is not None:
+                    self._finish(decision.verdict, owner, list(infos.values()))
+                    break
+                if decision.cause is not Cause.NONE:
                     continue
                 live = live_state(owner, current, nodes=self.t.nodes, queue=self.t.queue)
                 why = self._check_events(owner, current)

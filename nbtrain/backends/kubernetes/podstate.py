@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from nbtrain.backends import triage
-from nbtrain.backends.base import Failure, RunState
 from nbtrain.events import Event
+from nbtrain.model import Failure, RunState
 
 __all__ = [
     "OwnerState", "PodInfo", "first_failure", "follow_order", "live_state", "owner_state", "parse_time", "pod_info",

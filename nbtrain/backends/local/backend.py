@@ -8,23 +8,26 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
+import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from nbtrain.backends.base import Failure, Plan, RunHandle, RunState, RunStatus
+from nbtrain.backends.base import Capabilities, Plan, RunHandle, StoreBackedBackend
 from nbtrain.backends.launch import LaunchTarget, accelerate_argv, device_env
 from nbtrain.backends.local import procs
 from nbtrain.backends.local.gpus import GpuInventory, detect_gpus
 from nbtrain.backends.local.ports import free_port
 from nbtrain.backends.local.supervisor import _pid_gone
-from nbtrain.backends.storecursor import StoreCursor, attempt_numbers, follow_events
+from nbtrain.backends.storecursor import attempt_numbers
 from nbtrain.errors import BackendError, EnvironmentProblem
-from nbtrain.events import Event
+from nbtrain.events import EventKind, EventWriter
+from nbtrain.model import Failure, RunState, RunStatus
 from nbtrain.runtime import context as rt
+from nbtrain.runtime import watchdog
 from nbtrain.spec import Device, JobSpec
 from nbtrain.store import Store, read_json, write_json_atomic
 
@@ -46,13 +49,14 @@ def _accelerate_available(python: str) -> bool:
     return subprocess.run([python, "-c", probe], capture_output=True, timeout=30).returncode == 0
 
 
-class LocalBackend:
+class LocalBackend(StoreBackedBackend):
     """Runs gangs as processes on this machine. See :class:`nbtrain.backends.base.Backend`."""
 
     name = "local"
+    capabilities = Capabilities(restarts=True, checkpoints=True, gpus=True, multi_node=True, shared_store=True)
 
     def __init__(self, store: Store | None = None, *, python: str | None = None, gpus: GpuInventory | None = None) -> None:
-        self.store = store or Store()
+        super().__init__(store)
         self.python = python or os.environ.get("NBTRAIN_PYTHON") or sys.executable
         self._gpus = gpus
 
@@ -70,8 +74,8 @@ class LocalBackend:
             return Path(spec.checkpoint_dir).expanduser().resolve() / run_id
         return self.store.run_dir(run_id) / "checkpoints"
 
-    def plan(self, spec: JobSpec, bundle_dir: str, bundle_digest: str, run_id: str, *, attempt: int = 0,
-             restart_budget: int | None = None) -> Plan:
+    def _plan(self, spec: JobSpec, bundle_dir: str, bundle_digest: str, run_id: str, *, attempt: int = 0,
+              restart_budget: int | None = None) -> Plan:
         """Resolve the device, map GPUs to nodes and build one launcher command per node. Writes nothing.
 
         ``attempt`` > 0 plans a restart or resume of an existing run (same checkpoint root);
@@ -159,7 +163,12 @@ class LocalBackend:
             "notices": notices,
             "describe": describe,
         }
-        return Plan(self.name, run_id, spec, bundle_digest, bundle_dir, request, tuple(notices))
+        return Plan(self.name, run_id, spec, bundle_digest, bundle_dir, request, tuple(notices), attempt)
+
+    def plan_restart(self, spec: JobSpec, bundle_dir: str, bundle_digest: str, run_id: str, *, attempt: int,
+                     restart_budget: int) -> Plan:
+        """The plan of an automatic restart (the supervisor's): same checkpoint root, the original restart budget."""
+        return self._plan(spec, bundle_dir, bundle_digest, run_id, attempt=attempt, restart_budget=restart_budget)
 
     # -- I/O --------------------------------------------------------------------------------------
     def submit(self, plan: Plan) -> RunHandle:
@@ -186,78 +195,90 @@ class LocalBackend:
         return attempt_numbers(self.store, run_id)
 
     def status(self, handle: RunHandle) -> RunStatus:
-        """Latest attempt's verdict; FAILED with the reason if its supervisor died without one."""
+        """The verdict of the handle's attempt, or of the automatic restarts that followed it.
+
+        A supervisor that died without a verdict (killed by the OOM killer, say) is noticed here: what is
+        left of its gang is ended first, then the FAILED verdict is written, so a terminal run never leaves
+        a process behind.
+        """
         _reap()
-        attempts = self._attempts(handle.run_id)
+        attempts = [a for a in self._attempts(handle.run_id) if a >= handle.attempt]
         if not attempts:
-            return RunStatus(RunState.PENDING)
+            return RunStatus(RunState.PENDING, attempt=handle.attempt)
         attempt = attempts[-1]
         path = self.store.attempt_dir(handle.run_id, attempt) / "status.json"
-        try:
-            data = read_json(path)
-        except (OSError, ValueError):
-            data = None
+        data = _read_status(path)
         if data is None:
+            pid = int(handle.data.get("supervisor_pid") or 0)
+            if attempt == handle.attempt and pid and _pid_gone(pid)[0] and _read_status(path) is None:
+                return self._orphaned(handle.run_id, path, {"supervisor_pid": pid, "attempt": attempt})
             return RunStatus(RunState.STARTING, attempt=attempt)
         state = RunState(data["state"])
         failure = Failure.from_dict(data["failure"]) if data.get("failure") else None
         if data.get("retrying"):
             return RunStatus(RunState.STARTING, attempt, data.get("started"), None, failure,
                              detail=f"restarting after: {failure.summary() if failure else 'a failure'}")
-        if not state.terminal:
-            pid = int(data.get("supervisor_pid") or 0)
-            gone, _ = _pid_gone(pid) if pid else (True, None)
-            if gone:
-                # re-read: the supervisor may have written its verdict just before exiting
-                data = read_json(path)
-                state = RunState(data["state"])
-                if not state.terminal:
-                    failure = Failure(reason=f"the local supervisor (pid {pid}) died without a verdict; see "
-                                      f"{path.parent / 'supervisor.log'}")
-                    return RunStatus(RunState.FAILED, attempt, data.get("started"), data.get("updated"), failure)
-                failure = Failure.from_dict(data["failure"]) if data.get("failure") else None
+        if not state.terminal and not _supervisor_alive(data):
+            data = _read_status(path) or data  # it may have written its verdict just before exiting
+            state = RunState(data["state"])
+            failure = Failure.from_dict(data["failure"]) if data.get("failure") else None
+            if not state.terminal:
+                return self._orphaned(handle.run_id, path, data)
         return RunStatus(state, attempt, data.get("started"), data.get("ended"), failure)
 
-    def cursor(self, handle: RunHandle) -> StoreCursor:
-        """A cursor over every attempt's events and rank logs, from the beginning."""
-        return StoreCursor(self.store, handle.run_id)
-
-    def events(self, handle: RunHandle, *, follow: bool = False, poll_s: float = 0.2) -> Iterator[Event]:
-        """See :meth:`Backend.events`."""
-        return follow_events(self.cursor(handle), lambda: self.status(handle).state.terminal,
-                             follow=follow, poll_s=poll_s)
-
-    def logs(self, handle: RunHandle, rank: int, *, tail: int | None = None, attempt: int | None = None) -> list[str]:
-        """See :meth:`Backend.logs`."""
-        attempts = self._attempts(handle.run_id)
-        if not attempts:
-            return []
-        chosen = attempts[-1] if attempt is None else attempt
-        path = self.store.attempt_dir(handle.run_id, chosen) / "logs" / f"rank-{rank}.log"
+    def _orphaned(self, run_id: str, path: Path, data: dict[str, Any]) -> RunStatus:
+        """The verdict of an attempt whose supervisor died without one (written once, by one reader)."""
+        pid = data.get("supervisor_pid")
+        procs.terminate_gang(run_id, grace_s=2.0)
+        if _disk_full(path.parent):
+            failure = Failure(reason=f"no space left on device at {path.parent} (the nbtrain store is full); free "
+                                     "space there or set NBTRAIN_HOME to a disk with room, then resume the run")
+        else:
+            failure = Failure(reason=f"the local supervisor (pid {pid}) died without a verdict (killed, or out of "
+                                     f"memory); its gang was ended; see {path.parent / 'supervisor.log'}")
+        ended = time.time()
+        verdict = {**data, "state": RunState.FAILED.value, "failure": failure.to_dict(), "ended": ended,
+                   "retrying": False, "updated": ended, "concluded_by": "observer"}
+        claim = path.parent / "verdict.claim"
         try:
-            lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
-        except FileNotFoundError:
-            return []
-        return lines[-tail:] if tail else lines
+            fd = os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+        except FileExistsError:
+            written = _read_status(path)  # another reader is writing the same verdict
+            if written is not None and RunState(written["state"]).terminal:
+                verdict = written
+        except OSError:
+            pass  # a full or read-only store: report the verdict without recording it
+        else:
+            os.close(fd)
+            try:
+                attempt = int(data.get("attempt", 0))
+                writer = EventWriter(path.parent / "events" / "observer.jsonl", "observer", attempt=attempt)
+                writer.emit(EventKind.FAILURE, **failure.to_dict())
+                writer.emit(EventKind.STATE, state=RunState.FAILED.value, reason=failure.summary())
+                write_json_atomic(path, verdict)
+            except OSError:
+                pass
+        stored = Failure.from_dict(verdict["failure"]) if verdict.get("failure") else failure
+        return RunStatus(RunState.FAILED, int(data.get("attempt", 0)), data.get("started"), verdict.get("ended"), stored)
 
-    def cancel(self, handle: RunHandle) -> None:
+    def _after_terminal(self, handle: RunHandle) -> None:
+        """Leftovers of a crashed supervisor, if any."""
+        procs.terminate_gang(handle.run_id, grace_s=2.0)
+
+    def _cancel_existing(self, handle: RunHandle) -> None:
         """Ask the supervisor to end the gang (SIGTERM + a request file); wait up to 15 s for the verdict.
 
-        If the supervisor is gone, end any leftover process of the gang directly. Idempotent.
+        The supervisor is signalled only when it is still the process that wrote status.json (pid and
+        start time), never a process that reused its PID. If it is gone, its gang is ended directly.
         """
         status = self.status(handle)
-        if status.state.terminal:
-            procs.terminate_gang(handle.run_id, grace_s=2.0)  # leftovers of a crashed supervisor, if any
-            return
         attempt_dir = self.store.attempt_dir(handle.run_id, status.attempt)
         (attempt_dir / "cancel.request").touch()
-        try:
-            pid = int(read_json(attempt_dir / "status.json").get("supervisor_pid") or 0)
-        except (OSError, ValueError):
-            pid = int(handle.data.get("supervisor_pid") or 0)
-        if pid:
+        data = _read_status(attempt_dir / "status.json") or {}
+        pid = int(data.get("supervisor_pid") or 0)
+        if pid and _supervisor_alive(data):
             try:
-                os.kill(pid, 15)
+                os.kill(pid, signal.SIGTERM)
             except ProcessLookupError:
                 pass
         deadline = time.monotonic() + 15
@@ -267,10 +288,30 @@ class LocalBackend:
             time.sleep(0.1)
         procs.terminate_gang(handle.run_id, grace_s=2.0)
         deadline = time.monotonic() + 5  # the supervisor exits right after its verdict: let it finish
-        while pid and not _pid_gone(pid)[0] and time.monotonic() < deadline:
+        while pid and _supervisor_alive(data) and time.monotonic() < deadline:
             _reap()
             time.sleep(0.05)
 
-    def list(self) -> list[RunHandle]:
-        """Runs in the store that used this backend, newest first."""
-        return [RunHandle(self.name, r.run_id, r.handle) for r in self.store.records() if r.backend == self.name]
+
+def _read_status(path: Path) -> dict[str, Any] | None:
+    try:
+        data = read_json(path)
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and "state" in data else None
+
+
+def _supervisor_alive(data: dict[str, Any]) -> bool:
+    """The supervisor that wrote ``data`` still runs (its pid and start time; a reused PID is not it)."""
+    ident = data.get("supervisor")
+    if isinstance(ident, str) and ident:
+        return watchdog.alive(ident)
+    pid = int(data.get("supervisor_pid") or 0)  # status written by an older nbtrain: pid only
+    return bool(pid) and not _pid_gone(pid)[0]
+
+
+def _disk_full(path: Path) -> bool:
+    try:
+        return shutil.disk_usage(path).free < 256 * 1024
+    except OSError:
+        return False

@@ -11,6 +11,8 @@ whose teardown aborts is still a success); CANCELLED on request; FAILED otherwis
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import os
 import shutil
 import signal
@@ -21,15 +23,20 @@ from pathlib import Path
 from typing import IO, Any
 
 from nbtrain.backends import triage
-from nbtrain.backends.base import Failure, RunState
 from nbtrain.backends.local import procs
 from nbtrain.backends.storecursor import tail_lines
+from nbtrain.backends.verdict import Cause, Clock, Decision, Observation, Rules, decide
 from nbtrain.events import Event, EventKind, EventWriter, FileTail, parse_line
+from nbtrain.model import Failure, RunState
+from nbtrain.runtime import watchdog
 from nbtrain.store import read_json, write_json_atomic
 
 POLL_S = 0.1
-FAILURE_SETTLE_S = 0.3  # collect near-simultaneous rank errors before ending the gang
-DONE_GRACE_S = 3.0  # all ranks done but a launcher lingers (elastic agent shutdown): end it after this long
+# failure_settle: collect near-simultaneous rank errors before ending the gang; done_grace: all ranks done but a
+# launcher lingers (elastic agent shutdown): end it after this long; cancel: ending the gang is synchronous here.
+RULES = Rules(done_grace_s=3.0, failure_settle_s=0.3, cancel_wait_s=0.0, drain_s=0.0)
+RESERVE = ".verdict-reserve"  # freed when the disk is full, so the verdict can be written
+RESERVE_BYTES = 256 * 1024
 LAST_LINES = 40
 
 
@@ -47,6 +54,15 @@ def _pid_gone(pid: int) -> tuple[bool, int | None]:
             code = -(status & 0x7F) if status & 0x7F else (status >> 8) & 0xFF
         return True, code
     return False, None
+
+
+def _die_with_parent() -> None:
+    """In a launcher, before exec: SIGTERM it when the supervisor dies (Linux PR_SET_PDEATHSIG)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass  # not Linux: the ranks' own supervisor watchdog still ends the gang
 
 
 class Supervisor:
@@ -74,6 +90,7 @@ class Supervisor:
         self.cancel_requested = False
         self.started = time.time()
         self.state = RunState.STARTING
+        self.identity = watchdog.identity()
 
     # -- status -----------------------------------------------------------------------------------
     @property
@@ -93,6 +110,7 @@ class Supervisor:
                 "failure": failure.to_dict() if failure else None,
                 "retrying": self.will_retry,
                 "supervisor_pid": os.getpid(),
+                "supervisor": self.identity,
                 "launchers": [
                     {"node": i, "pid": p.pid, "exit_code": p.poll()} for i, p in enumerate(self.launchers)
                 ],
@@ -117,12 +135,13 @@ class Supervisor:
             env.update(launcher["env"])
             env["TMPDIR"] = str(tmp)  # torchelastic leaves /tmp/torchelastic_* behind; keep them here
             env.pop("NBTRAIN_SUPERVISOR_OF", None)
+            env[watchdog.ENV_SUPERVISOR] = self.identity  # ranks end themselves if this supervisor dies
             log = open(self.logs_dir / f"node-{launcher['node']}.log", "ab")
             self.log_files.append(log)
             self.launchers.append(
                 subprocess.Popen(
                     launcher["argv"], env=env, cwd=launcher["cwd"], stdin=subprocess.DEVNULL,
-                    stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                    stdout=log, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_die_with_parent,
                 )
             )
 
@@ -211,69 +230,105 @@ class Supervisor:
     def _finish(self, state: RunState, reason: str = "", failure: Failure | None = None) -> None:
         self.state = state
         ended = time.time()
-        if failure is not None:
-            self.out.emit(EventKind.FAILURE, **failure.to_dict())
         if self.will_retry:
             reason = f"{reason}; restarting from the last checkpoint (attempt {int(self.plan['attempt']) + 1} of " \
                      f"{int(self.plan['restart_budget'])})"
-        self.out.emit(EventKind.STATE, state=state.value, reason=reason, retrying=self.will_retry)
+        try:
+            if failure is not None:
+                self.out.emit(EventKind.FAILURE, **failure.to_dict())
+            self.out.emit(EventKind.STATE, state=state.value, reason=reason, retrying=self.will_retry)
+        except OSError as error:
+            if error.errno != errno.ENOSPC:
+                raise
+            failure = self._disk_full_failure(error)  # the verdict file still fits: it is what readers trust
         self._write_status(failure=failure, ended=ended)
 
+    def _observe(self, now: float) -> Observation:
+        codes = [p.poll() for p in self.launchers]
+        timeout = self.plan.get("timeout_s")
+        return Observation(
+            now=now, world=self.world, ranks_done=len(self.done),
+            rank_failed=bool(self.errors or self.vanished or self._launcher_failed(codes)),
+            gang_ended=all(c is not None for c in codes), gang_clean=all(c == 0 for c in codes),
+            cancel_requested=self.cancel_requested or (self.dir / "cancel.request").exists(),
+            timed_out=timeout is not None and time.time() - self.started > float(timeout),
+        )
+
     def run(self) -> RunState:
-        """Supervise until a verdict; returns the final state."""
+        """Supervise until a verdict (:func:`nbtrain.backends.verdict.decide`); returns the final state."""
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
-        self._write_status()
-        self.out.emit(EventKind.STATE, state=RunState.STARTING.value, reason="")
-        timeout = self.plan.get("timeout_s")
+        clock = Clock()
         try:
+            self._reserve()
+            self._write_status()
+            self.out.emit(EventKind.STATE, state=RunState.STARTING.value, reason="")
             self._start()
-            done_since: float | None = None
             while True:
                 time.sleep(POLL_S)
                 self._ingest()
-                codes = [p.poll() for p in self.launchers]
-                if self.cancel_requested or (self.dir / "cancel.request").exists():
+                decision = decide(self._observe(time.monotonic()), clock, RULES)
+                clock = decision.clock
+                if decision.end_gang:
                     self._end_gang()
-                    self._finish(RunState.CANCELLED, "cancelled by the user")
-                    return self.state
-                if timeout and time.time() - self.started > float(timeout):
-                    self._end_gang()
-                    failure = Failure(reason=f"the run exceeded its timeout of {timeout} s (--timeout)")
-                    self._finish(RunState.FAILED, failure.reason, failure)
-                    return self.state
-                all_done = len(self.done) >= self.world
-                if all(c is not None for c in codes):
-                    if all(c == 0 for c in codes) or all_done:
-                        self._finish(RunState.SUCCEEDED)
-                        return self.state
-                if all_done:
-                    done_since = done_since or time.monotonic()
-                    if time.monotonic() - done_since > DONE_GRACE_S:
-                        self._end_gang()
-                        self._finish(RunState.SUCCEEDED, "every rank finished; lingering launchers ended")
-                        return self.state
+                if decision.verdict is None:
                     continue
-                if self.errors or self.vanished or self._launcher_failed(codes):
-                    settle = time.monotonic() + FAILURE_SETTLE_S
-                    while time.monotonic() < settle:
-                        time.sleep(POLL_S)
-                        self._ingest()
-                    if len(self.done) >= self.world:
-                        continue
-                    self._end_gang()
-                    failure = self._failure()
-                    self._finish(RunState.FAILED, failure.summary(), failure)
-                    return self.state
+                if decision.cause is Cause.RANK_FAILED and len(self.done) >= self.world:
+                    continue  # the settle window showed every rank done after all
+                self._conclude(decision)
+                return self.state
         except BaseException as error:
             self._end_gang()
-            failure = Failure(reason=f"the nbtrain supervisor crashed: {type(error).__name__}: {error}")
+            if isinstance(error, OSError) and error.errno == errno.ENOSPC:
+                failure = self._disk_full_failure(error)
+            else:
+                failure = Failure(reason=f"the nbtrain supervisor crashed: {type(error).__name__}: {error}")
             self._finish(RunState.FAILED, failure.reason, failure)
+            if failure.reason.startswith("no space left"):
+                return self.state
             raise
         finally:
             for handle in self.log_files:
                 handle.close()
             shutil.rmtree(self.plan["tmp_dir"], ignore_errors=True)
+            self._release_reserve()
+
+    def _conclude(self, decision: Decision) -> None:
+        state = decision.verdict
+        assert state is not None
+        if state is RunState.CANCELLED:
+            self._finish(state, "cancelled by the user")
+        elif decision.cause is Cause.TIMEOUT:
+            failure = Failure(reason=f"the run exceeded its timeout of {self.plan.get('timeout_s')} s (--timeout)")
+            self._finish(state, failure.reason, failure)
+        elif state is RunState.SUCCEEDED:
+            self._finish(state, "every rank finished; lingering launchers ended" if decision.end_gang else "")
+        else:
+            failure = self._disk_full_failure(None) if self._disk_full() else self._failure()
+            self._finish(state, failure.summary(), failure)
+
+    # -- a full disk ------------------------------------------------------------------------------
+    def _reserve(self) -> None:
+        """Set aside a little space so the verdict can still be written when the store's disk fills up."""
+        with open(self.dir / RESERVE, "wb") as handle:
+            handle.write(b"\0" * RESERVE_BYTES)
+            handle.flush()
+            os.fsync(handle.fileno())
+
+    def _release_reserve(self) -> None:
+        (self.dir / RESERVE).unlink(missing_ok=True)
+
+    def _disk_full(self) -> bool:
+        try:
+            return shutil.disk_usage(self.dir).free < RESERVE_BYTES
+        except OSError:
+            return False
+
+    def _disk_full_failure(self, error: OSError | None) -> Failure:
+        self._release_reserve()  # room for the verdict
+        where = getattr(error, "filename", None) or str(self.dir)
+        return Failure(reason=f"no space left on device at {where} (the nbtrain store is full); free space there or "
+                              f"set NBTRAIN_HOME to a disk with room, then resume the run")
 
     def _launcher_failed(self, codes: list[int | None]) -> bool:
         """A launcher exited non-zero while some of its ranks had not reported RANK_DONE."""
@@ -297,8 +352,8 @@ def next_attempt(plan: dict[str, Any]) -> Path:
     store = Store(plan["store_root"])
     record = store.load(plan["run_id"])
     attempt = int(plan["attempt"]) + 1
-    new = LocalBackend(store).plan(record.spec, plan["bundle_dir"], plan["bundle_digest"], plan["run_id"],
-                                   attempt=attempt, restart_budget=int(plan["restart_budget"]))
+    new = LocalBackend(store).plan_restart(record.spec, plan["bundle_dir"], plan["bundle_digest"], plan["run_id"],
+                                           attempt=attempt, restart_budget=int(plan["restart_budget"]))
     directory = Path(new.request["attempt_dir"])
     directory.mkdir(parents=True, exist_ok=True)
     write_json_atomic(directory / "plan.json", dict(new.request))

@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 from fake_cluster import FakeCluster
 
-from nbtrain.backends.base import RunHandle, RunState
+from nbtrain.backends.base import RunHandle
+from nbtrain.model import RunState
 from nbtrain.bundle import capture_cell
 from nbtrain.client import submit_bundle
 from nbtrain.events import EventKind

@@ -10,7 +10,7 @@ import pytest
 from fake_cluster import NAMESPACE, FakeCluster
 from IPython.core.error import UsageError
 
-from nbtrain.backends.base import RunState
+from nbtrain.model import RunState
 from nbtrain.backends.kubernetes.backend import stop_mirrors
 from nbtrain.bundle import capture_cell
 from nbtrain.client import attach, submit_bundle

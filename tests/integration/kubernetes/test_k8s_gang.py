@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from fake_cluster import NAMESPACE, FakeCluster
 
-from nbtrain.backends.base import RunState
+from nbtrain.model import RunState
 from nbtrain.backends.kubernetes import rbac_manifests
 from nbtrain.errors import RunFailedError
 

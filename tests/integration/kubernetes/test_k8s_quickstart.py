@@ -9,7 +9,7 @@ import nbformat
 import pytest
 from fake_cluster import NAMESPACE, FakeCluster
 
-from nbtrain.backends.base import RunState
+from nbtrain.model import RunState
 
 pytestmark = pytest.mark.slow
 

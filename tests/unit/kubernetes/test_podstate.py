@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from nbtrain.backends.base import RunState
+from nbtrain.model import RunState
 from nbtrain.backends.kubernetes.podstate import (
     OwnerState,
     first_failure,

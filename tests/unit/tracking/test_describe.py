@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from nbtrain.backends.base import Failure
+from nbtrain.model import Failure
 from nbtrain.bundle import capture_cell, capture_function
 from nbtrain.spec import JobSpec
 from nbtrain.tracking.describe import (

@@ -1,0 +1,132 @@
+"""The one verdict rule of every backend (pure): observations of a gang in, a decision out.
+
+Every backend's controller (the local supervisor, the Kubernetes mirror, …) runs a thin loop: observe the
+gang, call :func:`decide`, act on the decision (end the gang, record the verdict). The rules, in order:
+
+1. every rank reported RANK_DONE: SUCCEEDED once the gang has exited, or after ``done_grace_s`` (a launcher
+   or pod lingering in teardown is ended; a clean run whose teardown aborts is still a success);
+2. the user cancelled: end the gang; CANCELLED once it is gone (or after ``cancel_wait_s``);
+3. the run exceeded ``--timeout``: end the gang; FAILED;
+4. the gang ended by itself: SUCCEEDED when every part exited cleanly, else FAILED once the logs are
+   drained (or after ``drain_s``) so the failure report has the last lines;
+5. a rank failed (reported an error, vanished, or its launcher/pod failed) while others run: wait
+   ``failure_settle_s`` for near-simultaneous failures (so the first one is found across nodes), then
+   end the gang; FAILED;
+6. otherwise: no verdict yet.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, replace
+
+from nbtrain.model import RunState
+
+__all__ = ["Cause", "Clock", "Decision", "Observation", "Rules", "decide"]
+
+
+class Cause(str, enum.Enum):
+    """Why a decision was taken (what the controller reports as the reason)."""
+
+    NONE = "none"
+    DONE = "done"
+    CANCELLED = "cancelled"
+    TIMEOUT = "timeout"
+    ENDED = "ended"
+    RANK_FAILED = "rank-failed"
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What a controller sees of its gang at one moment.
+
+    ``gang_ended``: every process/pod of the gang has exited (or the workload is gone);
+    ``gang_clean``: ... and each exited cleanly (launchers exit 0, the Job is Complete);
+    ``rank_failed``: some rank reported an error, vanished without reporting, or its launcher/pod failed;
+    ``logs_drained``: every started rank's output is in the store (always true where ranks write it there).
+    """
+
+    now: float
+    world: int
+    ranks_done: int = 0
+    rank_failed: bool = False
+    gang_ended: bool = False
+    gang_clean: bool = False
+    cancel_requested: bool = False
+    timed_out: bool = False
+    logs_drained: bool = True
+
+
+@dataclass(frozen=True)
+class Rules:
+    """A backend's grace periods (seconds)."""
+
+    done_grace_s: float = 3.0
+    failure_settle_s: float = 0.3
+    cancel_wait_s: float = 45.0
+    drain_s: float = 20.0
+
+
+@dataclass(frozen=True)
+class Clock:
+    """When each condition was first seen (the only memory :func:`decide` needs; kept by the caller)."""
+
+    done_since: float | None = None
+    cancel_since: float | None = None
+    ended_since: float | None = None
+    failed_since: float | None = None
+
+
+@dataclass(frozen=True)
+class Decision:
+    """``verdict`` None: keep watching. ``end_gang``: the caller ends the gang now (before recording a verdict)."""
+
+    verdict: RunState | None
+    cause: Cause
+    end_gang: bool
+    clock: Clock
+
+    @property
+    def final(self) -> bool:
+        """A verdict was reached."""
+        return self.verdict is not None
+
+
+def _since(value: float | None, now: float) -> float:
+    return now if value is None else value
+
+
+def decide(obs: Observation, clock: Clock, rules: Rules) -> Decision:
+    """Apply the module's rules to ``obs``; see the module docstring."""
+    now = obs.now
+    if obs.world > 0 and obs.ranks_done >= obs.world:
+        clock = replace(clock, done_since=_since(clock.done_since, now))
+        assert clock.done_since is not None
+        if obs.gang_ended:
+            return Decision(RunState.SUCCEEDED, Cause.DONE, False, clock)
+        if now - clock.done_since > rules.done_grace_s:
+            return Decision(RunState.SUCCEEDED, Cause.DONE, True, clock)
+        return Decision(None, Cause.DONE, False, clock)
+    if obs.cancel_requested:
+        clock = replace(clock, cancel_since=_since(clock.cancel_since, now))
+        assert clock.cancel_since is not None
+        if obs.gang_ended or now - clock.cancel_since > rules.cancel_wait_s:
+            return Decision(RunState.CANCELLED, Cause.CANCELLED, not obs.gang_ended, clock)
+        return Decision(None, Cause.CANCELLED, True, clock)
+    if obs.timed_out:
+        return Decision(RunState.FAILED, Cause.TIMEOUT, not obs.gang_ended, clock)
+    if obs.gang_ended:
+        if obs.gang_clean:
+            return Decision(RunState.SUCCEEDED, Cause.ENDED, False, clock)
+        clock = replace(clock, ended_since=_since(clock.ended_since, now))
+        assert clock.ended_since is not None
+        if obs.logs_drained or now - clock.ended_since > rules.drain_s:
+            return Decision(RunState.FAILED, Cause.ENDED, False, clock)
+        return Decision(None, Cause.ENDED, False, clock)
+    if obs.rank_failed:
+        clock = replace(clock, failed_since=_since(clock.failed_since, now))
+        assert clock.failed_since is not None
+        if now - clock.failed_since >= rules.failure_settle_s:
+            return Decision(RunState.FAILED, Cause.RANK_FAILED, True, clock)
+        return Decision(None, Cause.RANK_FAILED, False, clock)
+    return Decision(None, Cause.NONE, False, clock)

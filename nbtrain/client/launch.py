@@ -1,0 +1,100 @@
+"""One launch path for a new run (submit, rerun) and a new attempt of a run (resume).
+
+Order, always: plan (every check; nothing runs), record, submit, keep the handle ``submit`` returned.
+A failure at any step leaves the store as it was: no pending run, no half-recorded attempt.
+"""
+
+from __future__ import annotations
+
+import copy
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from nbtrain.backends import get_backend
+from nbtrain.backends.base import Backend, Plan, RunHandle
+from nbtrain.errors import NbtrainError
+from nbtrain.model import RunState
+from nbtrain.spec import JobSpec
+from nbtrain.store import RunRecord, Store
+
+__all__ = ["bundle_dir_of", "next_attempt", "plan_new", "start_attempt", "start_new_run"]
+
+
+def bundle_dir_of(store: Store, digest: str, run_id: str) -> Path:
+    """The stored bundle ``digest``; NbtrainError naming the run when it is gone."""
+    path = store.bundles / digest
+    if not path.is_dir():
+        raise NbtrainError(f"the bundle {digest[:12]} of run {run_id} is gone from {store.bundles}; run its cell "
+                           "again (with --resume RUN to continue the same run).")
+    return path
+
+
+def plan_new(store: Store, backend: Backend, spec: JobSpec, digest: str, run_id: str) -> Plan:
+    """Plan attempt 0 of ``run_id`` (reserved by the caller); the reserved directory goes if planning fails."""
+    try:
+        return backend.plan(spec, str(bundle_dir_of(store, digest, run_id)), digest, run_id, attempt=0)
+    except BaseException:
+        _remove_empty(store.run_dir(run_id))
+        raise
+
+
+def start_new_run(store: Store, backend: Backend, plan: Plan, *, kind: str, notebook: dict[str, Any] | None = None,
+                  attempt_info: dict[str, Any] | None = None) -> RunRecord:
+    """Record and submit attempt 0 of ``plan``; on a refused submit the run's directory is removed again."""
+    record = RunRecord(run_id=plan.run_id, spec=plan.spec, bundle_digest=plan.bundle_digest, backend=backend.name,
+                       kind=kind, notebook=dict(notebook or {}))
+    record.attempts.append({"attempt": 0, "submitted": time.time(), **(attempt_info or {})})
+    store.save(record)
+    try:
+        handle = backend.submit(plan)
+    except BaseException:
+        # nothing started (403, 409, no kubeconfig, ...): leave no "pending" run behind
+        shutil.rmtree(store.run_dir(plan.run_id), ignore_errors=True)
+        raise
+    record.handle = dict(handle.data)
+    store.save(record)
+    return record
+
+
+def next_attempt(record: RunRecord, seen: int) -> int:
+    """The number of the next attempt of ``record`` (``seen``: the highest attempt the caller has seen)."""
+    recorded = [int(a.get("attempt", 0)) for a in record.attempts]
+    return max([seen, *recorded, int(record.handle.get("attempt", 0)), -1]) + 1
+
+
+def start_attempt(store: Store, backend: Backend, record: RunRecord, plan: Plan, *, kind: str) -> RunHandle:
+    """Record and submit a new attempt of an existing run; returns the handle the run keeps from now on.
+
+    If the backend refuses, the record is restored as it was (the attempt never existed).
+    """
+    before = copy.deepcopy(record.__dict__)
+    record.attempts.append({"attempt": plan.attempt, "submitted": time.time(), "kind": kind,
+                            "bundle_digest": plan.bundle_digest})
+    record.bundle_digest = plan.bundle_digest
+    record.state = RunState.PENDING.value
+    record.failure = None
+    record.ended = None
+    store.save(record)
+    try:
+        handle = backend.submit(plan)
+    except BaseException:
+        record.__dict__.update(before)
+        store.save(record)
+        raise
+    record.handle = dict(handle.data)
+    store.save(record)
+    return handle
+
+
+def backend_for(record: RunRecord, store: Store) -> Backend:
+    """A backend instance for ``record``'s backend on ``store``."""
+    return get_backend(record.backend, store=store)
+
+
+def _remove_empty(path: Path) -> None:
+    try:
+        path.rmdir()
+    except OSError:
+        pass

@@ -1,0 +1,214 @@
+"""Run-level types every layer shares (pure; bottom layer next to ``events.py``).
+
+- :class:`RunState`, :class:`Failure`, :class:`RunStatus`: what a backend reports about a run;
+- :class:`LogLine`, :class:`Batch`, :class:`LogPage`: what cursors and paged reads return;
+- :class:`RunSnapshot`: one immutable picture of a run for readers (widget, tracking, server, CLI);
+- :class:`RunSummary`: the one wire model of a run for ``--json``, the REST API and ``%nbtrain runs``
+  (its JSON Schema is ``nbtrain/schemas/run-summary.schema.json``, checked by the Python and TypeScript tests).
+
+Nothing here imports anything from nbtrain but ``events``.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from nbtrain.events import Event
+
+__all__ = ["Batch", "Failure", "LogLine", "LogPage", "RunSnapshot", "RunState", "RunStatus", "RunSummary",
+           "json_safe"]
+
+
+class RunState(str, enum.Enum):
+    """Lifecycle of a run. Terminal states never change again."""
+
+    PENDING = "pending"  # recorded, not yet launched
+    QUEUED = "queued"  # waiting for admission (Kueue) or scheduling
+    STARTING = "starting"  # processes/pods starting, no rank has reported yet
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def terminal(self) -> bool:
+        """True for SUCCEEDED, FAILED and CANCELLED."""
+        return self in (RunState.SUCCEEDED, RunState.FAILED, RunState.CANCELLED)
+
+
+@dataclass(frozen=True)
+class Failure:
+    """The first failing rank of a run and why. ``rank`` is None when no rank can be blamed."""
+
+    reason: str
+    rank: int | None = None
+    node: int | None = None
+    exit_code: int | None = None
+    signal: str | None = None
+    exc_type: str | None = None
+    message: str | None = None
+    traceback: str | None = None
+    last_lines: tuple[str, ...] = ()
+    cell_line: int | None = None
+    time: float | None = None
+
+    def summary(self) -> str:
+        """One line: 'rank 3 (node 1) failed: ValueError: boom (cell line 4)'."""
+        who = f"rank {self.rank}" if self.rank is not None else "the gang"
+        if self.node is not None:
+            who += f" (node {self.node})"
+        what = self.reason
+        if self.exc_type:
+            what = f"{self.exc_type}: {self.message or ''}".strip()
+        elif self.signal:
+            what = f"killed by {self.signal}" + (f" — {self.reason}" if self.reason else "")
+        elif self.exit_code is not None:
+            what = f"exit code {self.exit_code}" + (f" — {self.reason}" if self.reason else "")
+        where = f" (cell line {self.cell_line})" if self.cell_line else ""
+        return f"{who} failed: {what}{where}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serialisable form."""
+        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Failure:
+        """Inverse of :meth:`to_dict` (unknown keys ignored)."""
+        known = set(cls.__dataclass_fields__)
+        values = {k: v for k, v in data.items() if k in known}
+        values["last_lines"] = tuple(values.get("last_lines") or ())
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class RunStatus:
+    """A snapshot of a run as the backend sees it."""
+
+    state: RunState
+    attempt: int = 0
+    started: float | None = None
+    ended: float | None = None
+    failure: Failure | None = None
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class LogLine:
+    """One line of output attributed to a global rank (``rank`` None: a launcher/node line)."""
+
+    rank: int | None
+    text: str
+    attempt: int = 0
+    node: int | None = None
+
+
+@dataclass(frozen=True)
+class Batch:
+    """What a cursor found since its previous poll."""
+
+    events: tuple[Event, ...] = ()
+    lines: tuple[LogLine, ...] = ()
+
+
+@dataclass(frozen=True)
+class LogPage:
+    """A page of one rank's log: ``lines[i]`` is line number ``start + i`` (0-based, oldest first).
+
+    ``total`` is the number of lines in the log when it was read (None when counting was not needed:
+    a page read from the end of a very large log). ``start`` is absolute when ``total`` is known; for a
+    read from the end without a count it is negative (lines from the end).
+    """
+
+    lines: tuple[str, ...] = ()
+    start: int = 0
+    total: int | None = None
+
+    @property
+    def end(self) -> int:
+        """``start + len(lines)``: where the next page starts."""
+        return self.start + len(self.lines)
+
+
+@dataclass(frozen=True)
+class RunSnapshot:
+    """An immutable picture of a run at one moment (what readers get instead of the Run's insides)."""
+
+    run_id: str
+    name: str
+    backend: str
+    state: RunState
+    attempt: int
+    nodes: int
+    procs: int
+    world_size: int
+    created: float
+    started: float | None = None
+    ended: float | None = None
+    step: int | None = None
+    total: int | None = None
+    failure: Failure | None = None
+    can_resume: bool = False
+    notices: tuple[str, ...] = ()
+    last_metrics: Mapping[str, float] = field(default_factory=dict)
+    detail: str = ""
+
+    def summary(self) -> RunSummary:
+        """The wire model of this snapshot."""
+        return RunSummary(
+            run_id=self.run_id, name=self.name, backend=self.backend, state=self.state.value, attempt=self.attempt,
+            nodes=self.nodes, procs=self.procs, world_size=self.world_size, created=self.created,
+            started=self.started, ended=self.ended, step=self.step, total=self.total,
+            failure=self.failure.summary() if self.failure else None,
+            failed_rank=self.failure.rank if self.failure else None,
+            can_resume=self.can_resume, notices=tuple(self.notices), last_metrics=dict(self.last_metrics),
+            detail=self.detail,
+        )
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """One run on the wire (``nbtrain runs --json``, ``GET /nbtrain/runs``, ``%nbtrain runs``).
+
+    Field names and types are fixed by ``nbtrain/schemas/run-summary.schema.json``; add fields there first.
+    """
+
+    run_id: str
+    name: str
+    backend: str
+    state: str
+    attempt: int
+    nodes: int
+    procs: int
+    world_size: int
+    created: float
+    started: float | None = None
+    ended: float | None = None
+    step: int | None = None
+    total: int | None = None
+    failure: str | None = None
+    failed_rank: int | None = None
+    can_resume: bool = False
+    notices: tuple[str, ...] = ()
+    last_metrics: Mapping[str, float] = field(default_factory=dict)
+    detail: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-ready dict (no NaN/Infinity: such numbers become null)."""
+        data = dict(self.__dict__)
+        data["notices"] = list(self.notices)
+        return json_safe(data)
+
+
+def json_safe(value: Any) -> Any:
+    """``value`` with every non-finite float replaced by None (strict JSON has no NaN or Infinity)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value
