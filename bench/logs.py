@@ -17,6 +17,7 @@ Usage: python bench/logs.py [--gb 1.0] [-n 21]
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import os
 import secrets
@@ -27,7 +28,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -121,7 +121,7 @@ def start_server(tmp: Path, home: Path) -> tuple[subprocess.Popen[bytes], str, s
         try:
             get(url, token, "/api/status")
             return server, url, token
-        except OSError as error:
+        except (OSError, http.client.HTTPException) as error:
             if server.poll() is not None or time.monotonic() > deadline:
                 stop(server)
                 log = (tmp / "server.log").read_text()[-3000:]
@@ -129,10 +129,26 @@ def start_server(tmp: Path, home: Path) -> tuple[subprocess.Popen[bytes], str, s
             time.sleep(0.2)
 
 
+_CONNECTIONS: dict[str, http.client.HTTPConnection] = {}
+
+
 def get(url: str, token: str, path: str) -> Any:
-    request = urllib.request.Request(url + path, headers={"Authorization": f"token {token}"})
-    with urllib.request.urlopen(request, timeout=60) as response:
-        return json.loads(response.read())
+    """GET ``path`` as JSON over one kept-alive connection per server (as a browser does)."""
+    connection = _CONNECTIONS.get(url)
+    if connection is None:
+        host, port = url.removeprefix("http://").split(":")
+        connection = _CONNECTIONS[url] = http.client.HTTPConnection(host, int(port), timeout=60)
+    try:
+        connection.request("GET", path, headers={"Authorization": f"token {token}"})
+        response = connection.getresponse()
+        body = response.read()
+    except (OSError, http.client.HTTPException):
+        connection.close()
+        del _CONNECTIONS[url]
+        raise
+    if response.status != 200:
+        raise OSError(f"GET {path}: HTTP {response.status}: {body[:300]!r}")
+    return json.loads(body)
 
 
 def stop(process: subprocess.Popen[bytes]) -> None:
@@ -188,6 +204,8 @@ def main() -> int:
                      f"offset={body['offset']} total={body['total']}"))
         rss_growth = rss_mb(server.pid) - rss_before
     finally:
+        for connection in _CONNECTIONS.values():
+            connection.close()
         if server is not None:
             stop(server)
         shutil.rmtree(tmp, ignore_errors=True)
@@ -201,7 +219,8 @@ def main() -> int:
           f"target < {TARGET_RSS_MB:.0f} MB (before: {rss_before:.0f} MB)")
     if not rss_growth < TARGET_RSS_MB:
         failures.append(f"server RSS grew {rss_growth:.1f} MB >= {TARGET_RSS_MB:.0f} MB")
-    print(f"(N = {args.n} timed calls after the first; target: medians < {TARGET_MS:.0f} ms)")
+    print(f"(N = {args.n} timed calls after the first; target: medians < {TARGET_MS:.0f} ms; "
+          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f})")
     for failure in failures:
         print("MISSED:", failure)
     return 1 if failures else 0
