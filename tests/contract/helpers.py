@@ -167,7 +167,8 @@ class BackendUnderTest:
         return JobSpec(**{**self.spec_defaults, **overrides})
 
     def submit(self, source: str, **overrides: Any) -> Run:
-        """Capture ``source`` as a notebook cell and submit it with ``spec(**overrides)``; the watched Run."""
+        """Submit ``source`` as the body of a ``%%distributed`` cell (so body line 1 is cell line 2) with
+        ``spec(**overrides)``; the watched Run."""
         bundle = capture_cell(source, {"__name__": "__main__"})
         run = submit_bundle(bundle, self.spec(**overrides), store=self.store, backend=self.backend)
         self.runs.append(run)

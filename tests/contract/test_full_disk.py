@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import time
 from collections.abc import Iterator
@@ -58,7 +59,10 @@ def test_a_full_disk_is_named_and_nothing_hangs(under_test: BackendUnderTest, sm
     try:
         run = subject.submit(FLOOD_CELL, name="flood", procs_per_node=2)
         state = run.wait(timeout=90, raise_on_failure=False, progress=False)
-        assert state is RunState.FAILED
+        free = shutil.disk_usage(small_disk).free
+        assert state is RunState.FAILED, (
+            f"run {run.id} ended {state.value} though its store is full ({free} bytes free of 16 MiB; the ranks "
+            f"printed 40 MB): the output it could not keep is lost without a word")
         failure = run.failure
         assert failure is not None
         said = " ".join(filter(None, [failure.reason, failure.message, failure.summary()]))

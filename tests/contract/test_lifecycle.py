@@ -50,7 +50,8 @@ if rank == 1:
 for _ in range(600):
     time.sleep(0.1)
 '''
-RAISE_LINE = FAILING_CELL.splitlines().index('    raise ValueError("rank one cannot go on")') + 1
+# as the user sees the cell: line 1 is its %%distributed line, the body starts at line 2
+RAISE_LINE = FAILING_CELL.splitlines().index('    raise ValueError("rank one cannot go on")') + 2
 
 
 def test_the_failing_rank_is_named_with_its_traceback_and_cell_line(under_test: BackendUnderTest) -> None:
