@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import enum
 import math
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -156,51 +157,57 @@ class RunSnapshot:
     last_metrics: Mapping[str, float] = field(default_factory=dict)
     detail: str = ""
 
-    def summary(self) -> RunSummary:
-        """The wire model of this snapshot."""
+    def summary(self, *, notebook: str | None = None, tracking_url: str | None = None,
+                now: float | None = None) -> RunSummary:
+        """The wire model of this snapshot (``notebook`` and ``tracking_url`` come from the record and tracking)."""
+        started = self.started if self.started is not None and math.isfinite(self.started) else self.created
+        ended = self.ended if self.state.terminal and self.ended is not None and math.isfinite(self.ended) else None
+        clock = time.time() if now is None else now
         return RunSummary(
-            run_id=self.run_id, name=self.name, backend=self.backend, state=self.state.value, attempt=self.attempt,
-            nodes=self.nodes, procs=self.procs, world_size=self.world_size, created=self.created,
-            started=self.started, ended=self.ended, step=self.step, total=self.total,
+            id=self.run_id, name=self.name, state=self.state.value, backend=self.backend, nodes=self.nodes,
+            procs=self.procs, world_size=self.world_size, created=self.created, started=started, ended=ended,
+            duration=max(0.0, (ended or clock) - started), attempt=self.attempt, step=self.step, total=self.total,
             failure=self.failure.summary() if self.failure else None,
             failed_rank=self.failure.rank if self.failure else None,
-            can_resume=self.can_resume, notices=tuple(self.notices), last_metrics=dict(self.last_metrics),
-            detail=self.detail,
+            notebook=notebook, tracking_url=tracking_url,
+            attach_code=f"import nbtrain\nrun = nbtrain.attach({self.run_id!r})\nrun.show()",
+            can_resume=self.can_resume,
         )
 
 
 @dataclass(frozen=True)
 class RunSummary:
-    """One run on the wire (``nbtrain runs --json``, ``GET /nbtrain/runs``, ``%nbtrain runs``).
+    """One run on the wire: a row of ``GET /nbtrain/runs`` and of each SSE message, ``nbtrain runs --json``.
 
-    Field names and types are fixed by ``nbtrain/schemas/run-summary.schema.json``; add fields there first.
+    Field names and types are fixed by ``nbtrain/schemas/run-summary.schema.json`` (checked by the Python
+    tests and by the TypeScript parser's tests against the same fixtures); add fields there first.
+    Times are epoch seconds; ``duration`` runs to the sender's clock for live runs.
     """
 
-    run_id: str
+    id: str
     name: str
-    backend: str
     state: str
-    attempt: int
+    backend: str
     nodes: int
     procs: int
     world_size: int
     created: float
-    started: float | None = None
-    ended: float | None = None
-    step: int | None = None
-    total: int | None = None
-    failure: str | None = None
-    failed_rank: int | None = None
-    can_resume: bool = False
-    notices: tuple[str, ...] = ()
-    last_metrics: Mapping[str, float] = field(default_factory=dict)
-    detail: str = ""
+    started: float | None
+    ended: float | None
+    duration: float
+    attempt: int
+    step: int | None
+    total: int | None
+    failure: str | None
+    failed_rank: int | None
+    notebook: str | None
+    tracking_url: str | None
+    attach_code: str
+    can_resume: bool
 
     def to_json(self) -> dict[str, Any]:
         """JSON-ready dict (no NaN/Infinity: such numbers become null)."""
-        data = dict(self.__dict__)
-        data["notices"] = list(self.notices)
-        return json_safe(data)
+        return dict(json_safe(dict(self.__dict__)))
 
 
 def json_safe(value: Any) -> Any:

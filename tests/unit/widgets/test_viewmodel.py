@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from nbtrain.backends.base import Batch, Failure, LogLine, RunState
+from nbtrain.model import Batch, Failure, LogLine, RunState
 from nbtrain.events import Event, EventKind
 from nbtrain.view import RunView
 from nbtrain.widgets.decimate import decimate
