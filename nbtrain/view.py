@@ -8,8 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from nbtrain.model import Failure, RunState
 from nbtrain.events import Event, EventKind
+from nbtrain.model import Failure, RunState
 
 __all__ = ["RankInfo", "RunView"]
 

@@ -10,6 +10,7 @@ as a reader counts them, followed by the cell id when the notebook has ids: ``ce
 
 from __future__ import annotations
 
+import argparse
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -172,15 +173,15 @@ def job_spec_from_header(args: str, where: str) -> JobSpec:
     Notebook-only flags (``--out``, ``--block``, ``--dry-run``...) are accepted and have no effect.
     Raises :class:`SpecError` naming ``where`` (e.g. "cell 5") and the flag.
     """
-    from IPython.core.error import UsageError
+    import shlex
 
-    from nbtrain.magics.distributed import DistributedMagics, spec_from_args
+    from nbtrain import flags
 
-    parser = DistributedMagics.distributed.parser  # set by @magic_arguments
+    parser = flags.build_parser("magic", prog="%%distributed", exit_on_error=False)
     try:
-        parsed = parser.parse_argstring(args)
-        return spec_from_args(parsed)
-    except (UsageError, SpecError) as error:
+        parsed = parser.parse_args(shlex.split(args))
+        return flags.spec_from_namespace(parsed)
+    except (argparse.ArgumentError, SpecError, ValueError) as error:
         raise SpecError(f"{where}: %%distributed {args}: {error}") from None
-    except SystemExit as error:  # argparse on a bad value type
+    except SystemExit as error:  # argparse on an unknown flag
         raise SpecError(f"{where}: %%distributed {args}: bad flags ({error}).") from None

@@ -27,8 +27,8 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from nbtrain.model import Batch, RunState
 from nbtrain.events import Event, EventKind
+from nbtrain.model import Batch, RunState
 from nbtrain.tracking.artifacts import new_run_params, new_run_tags, upload_artifacts
 from nbtrain.tracking.describe import experiment_name, mlflow_key, worker_tags
 from nbtrain.tracking.ledger import Entry, Ledger, Pending, Point, stream_key

@@ -23,8 +23,8 @@ from typing import Any
 
 import pytest
 
-from nbtrain.model import RunState
 from nbtrain.errors import NbtrainError, RunFailedError
+from nbtrain.model import RunState
 
 KUBECONFIG = os.environ.get("NBTRAIN_TEST_KUBECONFIG")
 REASON = "set NBTRAIN_TEST_KUBECONFIG to a kubeconfig of a test cluster to run the real-cluster suite"

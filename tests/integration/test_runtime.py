@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from nbtrain.backends.base import RunHandle
-from nbtrain.model import RunState
 from nbtrain.backends.local import LocalBackend
 from nbtrain.bundle import capture_cell
 from nbtrain.events import EventKind
+from nbtrain.model import RunState
 from nbtrain.spec import JobSpec
 from nbtrain.store import Store
 

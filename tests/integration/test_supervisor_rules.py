@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from nbtrain.backends.base import Plan, RunHandle
-from nbtrain.model import RunState
 from nbtrain.backends.local import LocalBackend
+from nbtrain.model import RunState
 from nbtrain.spec import JobSpec
 from nbtrain.store import Store
 

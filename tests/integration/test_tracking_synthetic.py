@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from nbtrain.model import Failure
 from nbtrain.bundle import capture_cell
 from nbtrain.client import Run
 from nbtrain.events import EventKind, EventWriter
+from nbtrain.model import Failure
 from nbtrain.spec import JobSpec
 from nbtrain.store import RunRecord, Store, write_json_atomic
 from nbtrain.tracking import TrackingForwarder

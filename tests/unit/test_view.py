@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nbtrain.model import Failure, RunState
 from nbtrain.events import Event, EventKind, EventWriter, read_events
+from nbtrain.model import Failure, RunState
 from nbtrain.view import RunView
 
 

@@ -8,10 +8,10 @@ import pytest
 from fake_cluster import FakeCluster
 
 from nbtrain.backends.base import RunHandle
-from nbtrain.model import RunState
 from nbtrain.bundle import capture_cell
 from nbtrain.client import submit_bundle
 from nbtrain.events import EventKind
+from nbtrain.model import RunState
 from nbtrain.spec import JobSpec
 
 pytestmark = pytest.mark.slow

@@ -10,11 +10,11 @@ import pytest
 from fake_cluster import NAMESPACE, FakeCluster
 from IPython.core.error import UsageError
 
-from nbtrain.model import RunState
 from nbtrain.backends.kubernetes.backend import stop_mirrors
 from nbtrain.bundle import capture_cell
 from nbtrain.client import attach, submit_bundle
 from nbtrain.errors import BackendError
+from nbtrain.model import RunState
 from nbtrain.spec import JobSpec
 from nbtrain.store import Store
 

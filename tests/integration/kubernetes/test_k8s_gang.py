@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from fake_cluster import NAMESPACE, FakeCluster
 
-from nbtrain.model import RunState
 from nbtrain.backends.kubernetes import rbac_manifests
 from nbtrain.errors import RunFailedError
+from nbtrain.model import RunState
 
 pytestmark = pytest.mark.slow
 

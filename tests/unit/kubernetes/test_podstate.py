@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from nbtrain.model import RunState
 from nbtrain.backends.kubernetes.podstate import (
     OwnerState,
     first_failure,
@@ -16,6 +15,7 @@ from nbtrain.backends.kubernetes.podstate import (
     preemptable,
 )
 from nbtrain.events import Event, EventKind
+from nbtrain.model import RunState
 
 
 def pod(index: int, *, state: dict[str, Any] | None = None, phase: str = "Running", scheduled: str | None = None) -> dict[str, Any]:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from nbtrain.model import Failure
 from nbtrain.bundle import capture_cell, capture_function
+from nbtrain.model import Failure
 from nbtrain.spec import JobSpec
 from nbtrain.tracking.describe import (
     experiment_name,

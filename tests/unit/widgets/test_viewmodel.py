@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from nbtrain.model import Batch, Failure, LogLine, RunState
 from nbtrain.events import Event, EventKind
+from nbtrain.model import Batch, Failure, LogLine, RunState
 from nbtrain.view import RunView
 from nbtrain.widgets.decimate import decimate
 from nbtrain.widgets.viewmodel import MonitorLimits, MonitorModel
