@@ -1,14 +1,25 @@
 import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
 import { describe, it } from "node:test";
 
 import { activeRunsText, gangText, liveDuration, stepText } from "../src/plugin/format";
 import { isActive, parseErrorBody, parseExportResult, parseRunList, parseRunSummary } from "../src/plugin/wire";
 
+// The rows the Python tests validate against nbtrain/schemas/run-summary.schema.json (one fixture file for
+// both sides). This file runs compiled as labextension/build/test/plugin-wire.test.mjs.
+const FIXTURES: unknown = JSON.parse(
+  readFileSync(new URL("../../../tests/data/wire/run-summaries.json", import.meta.url), "utf-8"),
+);
+
+function camel(key: string): string {
+  return key.replace(/_([a-z])/g, (_, c: string) => c.toUpperCase());
+}
+
 // a row as nbtrain/server/runs.py:run_summary writes it
 const ROW = {
   id: "digits-3fa9c2", name: "digits", state: "running", backend: "local", nodes: 2, procs: 2, world_size: 4,
   created: 1764455000.0, started: 1764455001.5, ended: null, duration: 12.5, attempt: 0, step: 42, total: 100,
-  failure: null, notebook: "train.ipynb", tracking_url: null,
+  failure: null, failed_rank: null, notebook: "train.ipynb", tracking_url: null,
   attach_code: "import nbtrain\nrun = nbtrain.attach('digits-3fa9c2')\nrun.show()", can_resume: false,
 };
 
@@ -23,6 +34,25 @@ describe("wire", () => {
     assert.equal(stepText(run), "step 42 / 100");
   });
 
+  it("parses every shared fixture field for field (snake_case on the wire, camelCase here)", () => {
+    assert.ok(Array.isArray(FIXTURES) && FIXTURES.length > 0);
+    for (const row of FIXTURES as Record<string, unknown>[]) {
+      const expected = Object.fromEntries(Object.entries(row).map(([key, value]) => [camel(key), value]));
+      assert.deepEqual(parseRunSummary(row), expected);
+    }
+    const failed = parseRunList({ runs: FIXTURES }).find((r) => r.state === "failed");
+    assert.ok(failed);
+    assert.equal(failed.failedRank, 1);
+    assert.match(failed.failure ?? "", /^rank 1 /);
+  });
+
+  it("keeps a failed rank only when it is a rank number", () => {
+    for (const bad of [-1, 1.5, "1", Number.NaN, undefined]) {
+      assert.equal(parseRunSummary({ ...ROW, failed_rank: bad })?.failedRank, null);
+    }
+    assert.equal(parseRunSummary({ ...ROW, failed_rank: 0 })?.failedRank, 0);
+  });
+
   it("drops rows without an id or a known state, keeps the rest of the list", () => {
     const runs = parseRunList({ runs: [ROW, { ...ROW, id: "" }, { ...ROW, id: "x", state: "exploded" }, null] });
     assert.deepEqual(runs.map((r) => r.id), ["digits-3fa9c2"]);
@@ -33,6 +63,7 @@ describe("wire", () => {
     const run = parseRunSummary({ id: "a-1", state: "succeeded" });
     assert.ok(run);
     assert.equal(run.worldSize, 1);
+    assert.equal(run.failedRank, null);
     assert.match(run.attachCode, /nbtrain\.attach\("a-1"\)/);
   });
 

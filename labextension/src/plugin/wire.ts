@@ -1,6 +1,10 @@
 /**
  * Wire models of the server extension's REST API (nbtrain/server/runs.py) and their parsers (pure).
  *
+ * A run row is nbtrain.model.RunSummary; its JSON Schema is nbtrain/schemas/run-summary.schema.json, and
+ * test/plugin-wire.test.ts parses the fixtures the Python tests validate against it
+ * (tests/data/wire/run-summaries.json).
+ *
  * The server is trusted but versioned separately from this bundle (a stale browser tab, a newer
  * wheel): every payload is checked here once, so the views only ever see well-formed values.
  */
@@ -32,7 +36,10 @@ export interface RunSummary {
   attempt: number;
   step: number | null;
   total: number | null;
+  /** One line: who failed first and why (failed runs), else null. */
   failure: string | null;
+  /** The global rank that failed first, or null (not failed, or no rank to blame). */
+  failedRank: number | null;
   notebook: string | null;
   trackingUrl: string | null;
   attachCode: string;
@@ -59,6 +66,10 @@ function isObject(value: unknown): value is Json {
 
 function num(value: unknown): number | null {
   return typeof value === "number" && Number.isFinite(value) ? value : null;
+}
+
+function rank(value: unknown): number | null {
+  return typeof value === "number" && Number.isInteger(value) && value >= 0 ? value : null;
 }
 
 function str(value: unknown): string | null {
@@ -90,6 +101,7 @@ export function parseRunSummary(value: unknown): RunSummary | null {
     step: num(value.step),
     total: num(value.total),
     failure: str(value.failure),
+    failedRank: rank(value.failed_rank),
     notebook: str(value.notebook),
     trackingUrl: str(value.tracking_url),
     attachCode: str(value.attach_code) ?? `import nbtrain\nrun = nbtrain.attach(${JSON.stringify(id)})\nrun.show()`,
