@@ -2,8 +2,21 @@
 
 A backend joins the suite by declaring one fixture with ``@contract_backend("name")`` that yields a
 :class:`helpers.BackendUnderTest` subclass; every test that asks for ``under_test`` then runs on it too.
+For Slurm, e.g.::
+
+    class SlurmUnderTest(BackendUnderTest):
+        name = "slurm"
+        refused = {...}                      # options it refuses, each with a non-default value
+        gang_outlives_controller = True      # slurmctld owns the gang, not this process
+        def kill_controller(self, run): ...  # what "the process following the run died" means there
+        def footprint(self): ...             # jobs it submitted (squeue), described
+        def on_store(self, store): ...
+
+    @contract_backend("slurm")
+    def slurm_under_test(home, slurm_cluster): yield SlurmUnderTest(Store(home), SlurmBackend(Store(home)))
+
 Tests get the isolated store from the root ``home`` fixture (which also fails a test that leaves gang
-processes behind).
+processes behind). Every test here is marked ``slow``.
 """
 
 from __future__ import annotations
@@ -42,6 +55,14 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """Every test that takes ``under_test`` runs once per registered backend."""
     if "under_test" in metafunc.fixturenames:
         metafunc.parametrize("under_test", BACKENDS, indirect=True)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The whole package is ``slow``: it starts real gangs."""
+    here = Path(__file__).resolve().parent
+    for item in items:
+        if here in Path(str(item.path)).resolve().parents:
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture
