@@ -4,32 +4,18 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+sys.path.insert(0, str(Path(__file__).resolve().parent / "support"))
+
+from procs import pids_with_env
+
 pytest_plugins = ["pytest_jupyter.jupyter_server"]
-
-
-def _marked_pids(marker: str, values: set[str] | None = None) -> list[int]:
-    """PIDs whose environment has ``marker=`` (with one of ``values`` when given); independent of nbtrain's code."""
-    needle = f"\0{marker}=".encode()
-    wanted = None if values is None else {f"\0{marker}={v}\0".encode() for v in values}
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            environ = b"\0" + (entry / "environ").read_bytes() + b"\0"
-            if needle in environ and (wanted is None or any(w in environ for w in wanted)):
-                state = (entry / "stat").read_text().rsplit(")", 1)[-1].split()[0]
-                if state not in ("Z", "X"):
-                    pids.append(int(entry.name))
-        except (OSError, IndexError):
-            continue
-    return pids
 
 
 def gang_survivors(run_ids: set[str] | None = None) -> list[int]:
@@ -40,7 +26,7 @@ def gang_survivors(run_ids: set[str] | None = None) -> list[int]:
         run_ids = {p.name for p in runs.iterdir()} if runs is not None and runs.is_dir() else set()
     if not run_ids:
         return []
-    return sorted(set(_marked_pids("NBTRAIN_RUN_ID", run_ids)) | set(_marked_pids("NBTRAIN_SUPERVISOR_OF", run_ids)))
+    return sorted(set(pids_with_env("NBTRAIN_RUN_ID", run_ids)) | set(pids_with_env("NBTRAIN_SUPERVISOR_OF", run_ids)))
 
 
 @pytest.fixture
@@ -68,3 +54,15 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
 def survivors() -> object:
     """``survivors()`` lists live gang/supervisor processes (tests assert it is empty)."""
     return gang_survivors
+
+
+@pytest.fixture
+def shell(home: Path) -> Iterator[object]:
+    """A real InteractiveShell with ``%load_ext nbtrain`` and an empty user namespace (no kernel, no gang)."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    ip = InteractiveShell.instance()
+    ip.reset(new_session=True)
+    ip.run_line_magic("load_ext", "nbtrain")
+    yield ip
+    ip.reset(new_session=True)

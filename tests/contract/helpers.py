@@ -12,8 +12,9 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from pathlib import Path
 from typing import Any, ClassVar, TypeVar
+
+from procs import pids_with_env
 
 from nbtrain.backends.base import RunHandle
 from nbtrain.bundle import capture_cell
@@ -32,25 +33,6 @@ SUPERVISOR_MARKER = "NBTRAIN_SUPERVISOR_OF"  # a local supervisor
 
 
 # -- processes ----------------------------------------------------------------------------------------
-def pids_with_env(name: str, values: set[str] | None = None) -> list[int]:
-    """Live (non-zombie) processes whose environment has ``name=`` (with one of ``values`` when given)."""
-    needle = f"\0{name}=".encode()
-    wanted = None if values is None else {f"\0{name}={v}\0".encode() for v in values}
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            environ = b"\0" + (entry / "environ").read_bytes() + b"\0"
-            if needle in environ and (wanted is None or any(w in environ for w in wanted)):
-                state = (entry / "stat").read_text().rsplit(")", 1)[-1].split()[0]
-                if state not in ("Z", "X"):
-                    found.append(int(entry.name))
-        except (OSError, IndexError):
-            continue
-    return sorted(found)
-
-
 def run_processes(run_id: str) -> list[int]:
     """Live processes of one run: its gang (``NBTRAIN_RUN_ID``) and its local supervisor, if any."""
     return sorted(set(pids_with_env(RUN_MARKER, {run_id})) | set(pids_with_env(SUPERVISOR_MARKER, {run_id})))

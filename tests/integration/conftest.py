@@ -12,18 +12,6 @@ import pytest
 from jupyter_client.manager import start_new_kernel
 
 
-@pytest.fixture
-def shell(home: Path) -> Iterator[Any]:
-    """A real InteractiveShell with ``%load_ext nbtrain`` and an empty user namespace."""
-    from IPython.core.interactiveshell import InteractiveShell
-
-    ip = InteractiveShell.instance()
-    ip.reset(new_session=True)
-    ip.run_line_magic("load_ext", "nbtrain")
-    yield ip
-    ip.reset(new_session=True)
-
-
 def _run_cell(ip: Any, source: str) -> Any:
     result = ip.run_cell(source, store_history=True)
     if result.error_before_exec is not None:

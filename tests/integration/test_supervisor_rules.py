@@ -26,12 +26,12 @@ events, ranks, ending = sys.argv[1], [int(r) for r in sys.argv[2].split(",")], s
 for rank in ranks:
     w = EventWriter(__import__("pathlib").Path(events) / f"rank-{rank}.jsonl", f"rank-{rank}", rank=rank)
     w.emit(EventKind.RANK_START, node=0, local_rank=rank, pid=os.getpid(), host="h")
-    if ending != "silent-exit-1":
+    if ending not in ("silent-exit-1", "hang"):
         w.emit(EventKind.RANK_DONE, ok=True, has_result=False)
 print("launcher last words", flush=True)
 if ending == "abort":
     os.kill(os.getpid(), signal.SIGABRT)
-elif ending == "sleep":
+elif ending in ("sleep", "hang"):
     time.sleep(60)
 elif ending == "silent-exit-1":
     sys.exit(1)
@@ -81,7 +81,7 @@ def test_launcher_failing_before_ranks_report_names_the_node(home: Path) -> None
 def test_timeout_fails_the_run_and_ends_the_gang(home: Path, survivors: Any) -> None:
     store = Store()
     backend = LocalBackend(store)
-    plan = _plan(store, "sleep", timeout_s=2)
+    plan = _plan(store, "hang", timeout_s=2)  # ranks started, never finish
     started = time.monotonic()
     status = _final(backend, backend.submit(plan))
     assert status.state is RunState.FAILED
@@ -93,7 +93,7 @@ def test_timeout_fails_the_run_and_ends_the_gang(home: Path, survivors: Any) -> 
 def test_supervisor_that_dies_is_reported_not_hung(home: Path, survivors: Any) -> None:
     store = Store()
     backend = LocalBackend(store)
-    handle = backend.submit(_plan(store, "sleep"))
+    handle = backend.submit(_plan(store, "hang"))
     deadline = time.monotonic() + 30
     while backend.status(handle).state is not RunState.RUNNING and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -101,5 +101,6 @@ def test_supervisor_that_dies_is_reported_not_hung(home: Path, survivors: Any) -
     status = _final(backend, handle)
     assert status.state is RunState.FAILED
     assert "supervisor" in status.failure.reason and "died" in status.failure.reason
-    backend.cancel(handle)  # cleans up what the dead supervisor left
-    assert survivors() == []
+    assert survivors() == []  # a terminal run never leaves a process: the observer ended the gang first
+    backend.cancel(handle)  # idempotent on a terminal run
+    assert backend.status(handle).state is RunState.FAILED

@@ -76,3 +76,9 @@ def test_done_beats_cancel_and_cancel_beats_failure() -> None:
         is RunState.SUCCEEDED
     assert run([Observation(now=0.0, world=2, cancel_requested=True, rank_failed=True, gang_ended=True)])[-1][0] \
         is RunState.CANCELLED
+
+
+def test_every_rank_done_beats_a_timeout_hit_while_a_launcher_lingers() -> None:
+    """The work finished in time; only the teardown outlived --timeout: a success, the gang is ended."""
+    seen = run([Observation(now=t, world=2, ranks_done=2, timed_out=True) for t in (0.0, 3.5)])
+    assert seen[-1] == (RunState.SUCCEEDED, Cause.DONE, True)
