@@ -305,16 +305,6 @@ def test_regenerating_replaces_only_the_marked_block() -> None:
 # ---------------------------------------------------------------------------------------------- %%distributed --resume
 
 
-@pytest.fixture
-def shell(home: Path) -> Any:
-    """A real InteractiveShell with ``%load_ext nbtrain`` (no kernel, no gang)."""
-    from IPython.core.interactiveshell import InteractiveShell
-
-    ip = InteractiveShell.instance()
-    ip.reset(new_session=True)
-    ip.run_line_magic("load_ext", "nbtrain")
-    yield ip
-    ip.reset(new_session=True)
 
 
 def _run_cell(ip: Any, source: str) -> Any:
