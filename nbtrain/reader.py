@@ -3,6 +3,9 @@
 :class:`~nbtrain.client.Run` implements it; readers type their argument as :class:`RunReader`, never reach
 into the Run's record, store, backend or view, so a reader can be fed by anything that can answer these
 few questions (a test double, a remote run).
+
+Threads: readers fed by :meth:`RunReader.subscribe` are called on the run's watcher thread while it reads;
+there they use ``snapshot(refresh=False)`` (no I/O, no nested read) and never print.
 """
 
 from __future__ import annotations
@@ -32,8 +35,20 @@ class RunReader(Protocol):
         """The JobSpec the run was submitted with."""
         ...
 
-    def snapshot(self) -> RunSnapshot:
-        """An immutable picture of the run now."""
+    @property
+    def notebook(self) -> str | None:
+        """The path of the notebook the run was submitted from (None when unknown)."""
+        ...
+
+    def snapshot(self, *, refresh: bool = True) -> RunSnapshot:
+        """An immutable picture of the run now.
+
+        ``refresh=False``: without asking the backend or reading anything new (what listeners must use).
+        """
+        ...
+
+    def tracking_url(self) -> str | None:
+        """The run's "Open in MLflow" link, or None (not tracked yet, a tracking store without a web UI)."""
         ...
 
     def cursor(self) -> RunCursor:
@@ -41,11 +56,14 @@ class RunReader(Protocol):
         ...
 
     def log_page(self, rank: int, start: int, limit: int, *, attempt: int | None = None) -> LogPage:
-        """A page of one rank's log (negative ``start``: from the end)."""
+        """A page of one rank's log (negative ``start``: from the end); ``attempt`` None: the current one.
+
+        Raises ValueError for a rank the run does not have.
+        """
         ...
 
     def notice(self, message: str) -> None:
-        """Show ``message`` among the run's notices in this process."""
+        """Show ``message`` among the run's notices in this process (once; callable from any thread)."""
         ...
 
     def subscribe(self, listener: Callable[[Batch], None], *, lines: bool = True) -> None:

@@ -7,6 +7,7 @@ new kernel gives the same handle as the one returned at submit. Reading is done 
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -42,7 +43,8 @@ class Run:
         self._tracker: Any = None
         self._monitor: Any = None
         self._display: Any = None
-        self._extra_notices: list[str] = []
+        self._last_status: RunStatus | None = None  # the backend's latest answer (snapshot(refresh=False))
+        self._notice_lock = threading.Lock()  # not the run's lock: see notice()
 
     # -- identity ---------------------------------------------------------------------------------
     @property
@@ -54,6 +56,12 @@ class Run:
     def spec(self) -> JobSpec:
         """The JobSpec this run was submitted with."""
         return self.record.spec
+
+    @property
+    def notebook(self) -> str | None:
+        """The path of the notebook the run was submitted from, as its kernel knew it (None when unknown)."""
+        path = (self.record.notebook or {}).get("path")
+        return str(path) if path else None
 
     # -- state ------------------------------------------------------------------------------------
     @property
@@ -72,7 +80,8 @@ class Run:
         return status.state
 
     def _note_status(self, status: RunStatus) -> None:
-        """Record a terminal verdict of the current attempt in the store (once)."""
+        """Keep the backend's latest answer; record a terminal verdict of the current attempt in the store (once)."""
+        self._last_status = status
         if status.state.terminal and self.record.state != status.state.value:
             self.sync()
             self.record.state = status.state.value
@@ -271,27 +280,54 @@ class Run:
         return self.backend.cursor(self.handle)
 
     def notice(self, message: str) -> None:
-        """Show ``message`` with the run's notices in this process (e.g. a reader's own problem)."""
-        with self._lock:
-            if message not in self._extra_notices:
-                self._extra_notices.append(message)
+        """Show ``message`` with the run's notices in this process (e.g. a reader's own problem), once.
 
-    def snapshot(self) -> RunSnapshot:
-        """An immutable picture of the run now (state from the backend, the rest from the events read so far)."""
-        status = self.backend.status(self.handle)
-        self._note_status(status)
-        self.sync()
+        Never waits for the run's lock: MLflow forwarding's thread calls it while the watcher, holding
+        that lock, may be waiting for the same thread (the end-of-run flush).
+        """
+        with self._notice_lock:
+            if message not in self.view.notices:
+                self.view.notices.append(message)
+
+    def tracking_url(self) -> str | None:
+        """The run's "Open in MLflow" link; None when there is none (not tracked yet, a local MLflow store)."""
+        try:
+            from nbtrain.tracking.links import tracking_url
+        except ImportError:
+            return None
+        try:
+            return tracking_url(self.record, store=self.store)
+        except Exception:  # noqa: BLE001 - a link is optional: an unreadable ledger means no link
+            return None
+
+    def snapshot(self, *, refresh: bool = True) -> RunSnapshot:
+        """An immutable picture of the run now (state from the backend, the rest from the events read so far).
+
+        ``refresh=False``: no backend call and no read, the picture from the backend's latest answer (the
+        watcher asks ~10 times a second) and the events this handle has read. Listeners must pass it: they run
+        on the watcher thread inside a read, and a refreshing snapshot would read again and call them again.
+        """
+        asked: RunStatus | None = None
+        if refresh:
+            asked = self.backend.status(self.handle)
+            self._note_status(asked)
+            self.sync()
         with self._lock:
             view = self.view
+            # never asked yet: what the events say
+            status = asked or self._last_status or RunStatus(view.state, view.attempt, view.started, view.ended,
+                                                             view.failure)
             steps = [i.last_step for i in view.ranks.values() if i.last_step is not None]
             failure = status.failure or view.failure if status.state is RunState.FAILED else None
+            # what the Resume buttons offer: a run that stopped early and left a checkpoint to go on from
+            can_resume = status.state in (RunState.FAILED, RunState.CANCELLED) and bool(view.checkpoints)
             return RunSnapshot(
                 run_id=self.id, name=self.spec.name, backend=self.record.backend, state=status.state,
                 attempt=max(status.attempt, view.attempt), nodes=self.spec.nodes, procs=self.spec.procs,
                 world_size=self.spec.world_size, created=self.record.created,
                 started=view.started or status.started, ended=status.ended or view.ended,
                 step=max(steps) if steps else None, total=view.total, failure=failure,
-                can_resume=status.state.terminal, notices=tuple(view.notices + self._extra_notices),
+                can_resume=can_resume, notices=tuple(view.notices),
                 last_metrics=view.last_metrics(0), detail=status.detail,
             )
 
