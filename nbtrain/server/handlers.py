@@ -9,6 +9,9 @@ POST /nbtrain/runs/<id>/cancel            end every process of the run
 POST /nbtrain/runs/<id>/resume            relaunch from the latest checkpoint
 POST /nbtrain/export                      {"path": "nb.ipynb", "out": "dir", "cell": N | "tag": T} -> job directory
 GET  /nbtrain/events                      server-sent events: {"runs": [...]} whenever a run's summary changes
+
+Run rows are ``nbtrain.model.RunSummary`` (nbtrain/schemas/run-summary.schema.json). Every body is strict
+JSON: a non-finite number (a NaN metric, ``--timeout inf``) is sent as null.
 """
 
 from __future__ import annotations
@@ -21,11 +24,17 @@ import tornado.web
 from jupyter_server.base.handlers import APIHandler
 
 from nbtrain.errors import CaptureError, NbtrainError, RunNotFoundError, SpecError
+from nbtrain.model import LogPage, json_safe
 from nbtrain.server.runs import RunCache, run_detail, run_summary
 
 __all__ = ["handlers"]
 
 MAX_PAGE = 5000
+
+
+def _dumps(data: Any) -> str:
+    """Strict JSON (no NaN/Infinity: such numbers become null); other objects as their str()."""
+    return json.dumps(json_safe(data), default=str, allow_nan=False)
 
 
 class _Base(APIHandler):
@@ -37,7 +46,7 @@ class _Base(APIHandler):
     def write_json(self, data: Any, status: int = 200) -> None:
         self.set_status(status)
         self.set_header("Content-Type", "application/json")
-        self.finish(json.dumps(data, default=str))
+        self.finish(_dumps(data))
 
     def write_error_json(self, error: Exception) -> None:
         if isinstance(error, RunNotFoundError):
@@ -99,9 +108,13 @@ class LogsHandler(_Base):
 
             def page() -> dict[str, Any]:
                 run = self.cache.get(run_id)
-                got = run.backend.log_page(run.handle, int(rank), offset, limit, attempt=attempt)
-                chosen = run.handle.attempt if attempt is None else attempt
-                return {"run": run.id, "rank": int(rank), "attempt": chosen, "offset": got.start,
+                chosen = run.snapshot().attempt if attempt is None else attempt
+                number = int(rank)
+                if number < run.spec.world_size:
+                    got = run.log_page(number, offset, limit, attempt=chosen)
+                else:  # a rank the run does not have has an empty log (as the backends' pages say)
+                    got = LogPage((), max(offset, 0), 0)
+                return {"run": run.id, "rank": number, "attempt": chosen, "offset": got.start,
                         "total": got.total, "lines": list(got.lines)}
 
             self.write_json(await self.run_blocking(page))
@@ -196,12 +209,12 @@ class EventsHandler(_Base):
         seen: dict[str, str] = {}
         for _ in range(3600):
             rows = await self.run_blocking(lambda: [run_summary(r) for r in self.cache.all()])
-            changed = [r for r in rows if seen.get(r["id"]) != json.dumps(
-                {k: r[k] for k in ("state", "attempt", "step", "failure")}, default=str)]
+            changed = [r for r in rows if seen.get(r["id"]) != _dumps(
+                {k: r[k] for k in ("state", "attempt", "step", "failure")})]
             for row in changed:
-                seen[row["id"]] = json.dumps({k: row[k] for k in ("state", "attempt", "step", "failure")}, default=str)
+                seen[row["id"]] = _dumps({k: row[k] for k in ("state", "attempt", "step", "failure")})
             if changed or _ == 0:
-                self.write(f"data: {json.dumps({'runs': changed}, default=str)}\n\n")
+                self.write(f"data: {_dumps({'runs': changed})}\n\n")
             else:
                 self.write(": keep-alive\n\n")
             try:

@@ -1,77 +1,44 @@
-"""Run summaries for the REST API and the runs panel (wire models, separate from persistence)."""
+"""Run summaries for the REST API and the runs panel (wire models, separate from persistence).
+
+A row is :class:`nbtrain.model.RunSummary` (schema: ``nbtrain/schemas/run-summary.schema.json``), built
+from the run's snapshot through the read interface (:class:`nbtrain.reader.RunReader`).
+"""
 
 from __future__ import annotations
 
 import threading
-import time
 from typing import Any
 
 from nbtrain.client import Run
+from nbtrain.model import json_safe
+from nbtrain.reader import RunReader
 from nbtrain.store import Store
 
 __all__ = ["RunCache", "run_detail", "run_summary"]
 
 
-def run_summary(run: Run) -> dict[str, Any]:
-    """One row of the runs list: identity, state, gang, times, failure summary and links."""
-    state = run.status()
-    view = run.view
-    started = view.started or run.record.created
-    ended = view.ended if state.terminal else None
-    failure = run.record.failure
-    return {
-        "id": run.id,
-        "name": run.spec.name,
-        "state": state.value,
-        "backend": run.record.backend,
-        "nodes": run.spec.nodes,
-        "procs": run.spec.procs,
-        "world_size": run.spec.world_size,
-        "created": run.record.created,
-        "started": started,
-        "ended": ended,
-        "duration": (ended or time.time()) - started,
-        "attempt": view.attempt,
-        "step": max((i.last_step for i in view.ranks.values() if i.last_step is not None), default=None),
-        "total": view.total,
-        "failure": _failure_summary(failure) if failure else None,
-        "notebook": run.record.notebook.get("path"),
-        "tracking_url": _tracking_url(run),
-        "attach_code": f"import nbtrain\nrun = nbtrain.attach({run.id!r})\nrun.show()",
-        "can_resume": state.value in ("failed", "cancelled") and bool(view.checkpoints),
-    }
+def run_summary(run: RunReader) -> dict[str, Any]:
+    """One row of the runs list (a RunSummary as JSON): identity, state, gang, times, failure and links.
 
-
-def _failure_summary(data: dict[str, Any]) -> str:
-    from nbtrain.model import Failure
-
-    return Failure.from_dict(data).summary()
-
-
-def _tracking_url(run: Run) -> str | None:
-    try:
-        from nbtrain.tracking import tracking_url
-    except ImportError:
-        return None
-    try:
-        return tracking_url(run.record, store=run.store)
-    except Exception:  # noqa: BLE001 - a link is optional
-        return None
+    Asks the backend for the run's state (a terminal verdict is recorded on the way, as ``Run.status`` does).
+    """
+    return run.snapshot().summary(notebook=run.notebook, tracking_url=run.tracking_url()).to_json()
 
 
 def run_detail(run: Run) -> dict[str, Any]:
-    """The summary plus spec, attempts, checkpoints, last metrics and the full failure."""
-    detail = run_summary(run)
+    """The summary plus spec, attempts, checkpoints, last metrics, notices and the full failure (JSON-safe)."""
+    snapshot = run.snapshot()
+    detail = snapshot.summary(notebook=run.notebook, tracking_url=run.tracking_url()).to_json()
     detail.update(
         spec=run.spec.to_dict(),
         bundle_digest=run.record.bundle_digest,
         attempts=run.attempts(),
         checkpoints=run.checkpoints(),
-        last_metrics=run.view.last_metrics(0),
-        notices=list(run.view.notices),
-        failure_detail=run.record.failure,
+        last_metrics=dict(snapshot.last_metrics),
+        notices=list(snapshot.notices),
+        failure_detail=snapshot.failure.to_dict() if snapshot.failure else None,
     )
-    return detail
+    return dict(json_safe(detail))
 
 
 class RunCache:

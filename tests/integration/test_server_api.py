@@ -8,14 +8,18 @@ import time
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 import tornado.httpclient
 
+import nbtrain
 from nbtrain.bundle import capture_cell
 from nbtrain.client import submit_bundle
 from nbtrain.spec import JobSpec
 
 pytestmark = pytest.mark.slow
+
+SCHEMA = json.loads((Path(nbtrain.__file__).parent / "schemas" / "run-summary.schema.json").read_text())
 
 QUICK = '''
 from accelerate import Accelerator
@@ -44,9 +48,13 @@ def _submit(code: str, name: str) -> Any:
     return submit_bundle(capture_cell(code, {"__name__": "__main__"}), JobSpec(name=name, procs_per_node=2))
 
 
+def _strict(constant: str) -> Any:
+    raise AssertionError(f"the server sent {constant}, which is not JSON")
+
+
 async def _json(jp_fetch: Any, *parts: str, method: str = "GET", body: str | None = None, **params: str) -> Any:
     response = await jp_fetch(*parts, method=method, body=body, params=params or None)
-    return json.loads(response.body)
+    return json.loads(response.body, parse_constant=_strict)  # NaN/Infinity fail the test
 
 
 async def test_list_detail_logs_metrics(jp_fetch: Any, survivors: Any) -> None:
@@ -54,7 +62,9 @@ async def test_list_detail_logs_metrics(jp_fetch: Any, survivors: Any) -> None:
     await asyncio.get_running_loop().run_in_executor(None, run.wait)
     listing = await _json(jp_fetch, "nbtrain", "runs")
     (row,) = listing["runs"]
+    jsonschema.validate(row, SCHEMA)  # the row is a RunSummary, the model the TypeScript parser is tested on
     assert row["id"] == run.id and row["state"] == "succeeded" and row["world_size"] == 2
+    assert row["failure"] is None and row["failed_rank"] is None and row["can_resume"] is False
     assert row["attach_code"].startswith("import nbtrain")
     assert (await _json(jp_fetch, "nbtrain", "runs", state="running"))["runs"] == []
     detail = await _json(jp_fetch, "nbtrain", "runs", run.id)
@@ -100,6 +110,40 @@ async def test_log_pages_by_line_number_from_the_end_and_per_attempt(jp_fetch: A
     with pytest.raises(tornado.httpclient.HTTPClientError) as caught:
         await jp_fetch("nbtrain", "runs", "paged-000001", "logs", "0", params={"offset": "ten"})
     assert caught.value.code == 400
+
+
+async def test_bodies_are_strict_json_when_metrics_are_not_finite(jp_fetch: Any, home: Path) -> None:
+    """A NaN loss (training diverged) or an infinite value is sent as null: browsers' JSON.parse refuses NaN."""
+    import os
+
+    from nbtrain.events import EventKind, EventWriter
+    from nbtrain.model import Failure
+    from nbtrain.store import RunRecord, Store, write_json_atomic
+
+    store, run_id = Store(home), "diverged-000001"
+    failure = Failure(reason="the training code raised", rank=0, node=0, exc_type="FloatingPointError",
+                      message="loss is nan")
+    store.save(RunRecord(run_id, JobSpec(name="diverged", procs_per_node=1), "0" * 64, "local", handle={"attempt": 0}))
+    attempt = store.attempt_dir(run_id, 0)
+    rank0 = EventWriter(attempt / "events" / "rank-0.jsonl", "rank-0", rank=0)
+    rank0.emit(EventKind.METRIC, step=0, values={"loss": 2.5, "grad_norm": 1.0})
+    rank0.emit(EventKind.METRIC, step=1, values={"loss": float("nan"), "grad_norm": float("inf")})
+    supervisor = EventWriter(attempt / "events" / "supervisor.jsonl", "supervisor")
+    supervisor.emit(EventKind.STATE, state="starting", reason="")
+    supervisor.emit(EventKind.FAILURE, **failure.to_dict())
+    supervisor.emit(EventKind.STATE, state="failed", reason="")
+    write_json_atomic(attempt / "status.json", {
+        "state": "failed", "attempt": 0, "started": time.time() - 5, "ended": time.time(),
+        "failure": failure.to_dict(), "retrying": False, "supervisor_pid": os.getpid(), "launchers": []})
+
+    (row,) = (await _json(jp_fetch, "nbtrain", "runs"))["runs"]
+    jsonschema.validate(row, SCHEMA)
+    assert row["state"] == "failed" and row["failed_rank"] == 0 and row["failure"].startswith("rank 0 (node 0)")
+    detail = await _json(jp_fetch, "nbtrain", "runs", run_id)
+    assert detail["last_metrics"] == {"loss": None, "grad_norm": None}
+    assert detail["failure_detail"]["exc_type"] == "FloatingPointError"
+    metrics = await _json(jp_fetch, "nbtrain", "runs", run_id, "metrics")
+    assert metrics["metrics"] == {"loss": [[0, 2.5], [1, None]], "grad_norm": [[0, 1.0], [1, None]]}
 
 
 async def test_cancel_from_the_server_ends_the_gang(jp_fetch: Any, survivors: Any) -> None:
