@@ -34,11 +34,16 @@ def accelerate_argv(
     main_address: str,
     main_port: int,
     target: LaunchTarget,
+    config_file: str | None = None,
     tee: str | None = None,
     log_dir: str | None = None,
 ) -> list[str]:
     """The argv of node ``node_rank``'s launcher (a list, never a shell string).
 
+    ``config_file`` is the attempt's generated Accelerate config (:mod:`.accelerate_config`): with it no
+    user-level config changes the run. Exactly one of ``--multi_gpu`` / ``--cpu`` / ``--use_fsdp`` /
+    ``--use_deepspeed`` is passed (Accelerate's ``_validate_launch_command`` rejects pairs); multi-node
+    DeepSpeed uses the ``standard`` launcher (one launcher per node, as for DDP), never ``pdsh``.
     ``node_rank`` may be a placeholder the executor expands (Kubernetes: ``$(NBTRAIN_NODE_RANK)``).
     ``tee``/``log_dir`` add torchelastic's ``--tee``/``--log_dir``: with ``tee="3"`` and
     ``TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE="[rank${rank}]:"`` in the environment, every line a worker
@@ -47,14 +52,18 @@ def accelerate_argv(
     """
     world = spec.world_size
     argv = [python, "-m", "accelerate.commands.launch"]
-    if world > 1:
+    if config_file is not None:
+        argv += ["--config_file", config_file]
+    if spec.strategy is Strategy.FSDP:
+        argv += ["--use_fsdp", "--fsdp_version", "2"]
+    elif spec.strategy is Strategy.DEEPSPEED:
+        argv.append("--use_deepspeed")
+        if spec.nodes > 1:
+            argv += ["--deepspeed_multinode_launcher", "standard"]
+    elif world > 1:
         argv.append("--multi_gpu")  # with ACCELERATE_USE_CPU=1 this yields MULTI_CPU over gloo
     elif not use_gpu:
         argv.append("--cpu")
-    if spec.strategy is Strategy.FSDP:
-        argv.append("--use_fsdp")
-    elif spec.strategy is Strategy.DEEPSPEED:
-        argv.append("--use_deepspeed")
     mixed = spec.mixed_precision if use_gpu else MixedPrecision.NO
     argv += [
         "--num_processes", str(world),

@@ -13,7 +13,7 @@ import pytest
 from nbtrain.backends.launch import LaunchTarget, accelerate_argv, device_env
 from nbtrain.backends.local.backend import LocalBackend
 from nbtrain.backends.local.gpus import GpuInventory
-from nbtrain.errors import EnvironmentProblem
+from nbtrain.errors import EnvironmentProblem, SpecError
 from nbtrain.spec import JobSpec
 from nbtrain.store import Store
 
@@ -90,10 +90,10 @@ def test_gpu_fsdp_keeps_bf16(accelerate_parser: Any) -> None:
     spec = JobSpec(nodes=1, procs_per_node=4, strategy="fsdp", mixed_precision="bf16")  # type: ignore[arg-type]
     argv = _argv(spec, use_gpu=True)
     assert "--use_fsdp" in argv
-    assert "--use_deepspeed" not in argv
+    assert "--use_deepspeed" not in argv and "--multi_gpu" not in argv  # Accelerate rejects the pair
     assert _value(argv, "--mixed_precision") == "bf16"
     args = _parse(accelerate_parser, argv)
-    assert args.use_fsdp and args.multi_gpu
+    assert args.use_fsdp and not args.multi_gpu
     assert args.mixed_precision == "bf16"
     assert args.num_processes == 4
 
@@ -103,8 +103,9 @@ def test_gpu_deepspeed(accelerate_parser: Any) -> None:
     argv = _argv(spec, use_gpu=True, node_rank=1)
     assert "--use_deepspeed" in argv
     assert "--use_fsdp" not in argv
+    assert _value(argv, "--deepspeed_multinode_launcher") == "standard"  # never Accelerate's default pdsh
     args = _parse(accelerate_parser, argv)
-    assert args.use_deepspeed
+    assert args.use_deepspeed and not args.multi_gpu
     assert args.mixed_precision == "fp16"
     assert (args.num_processes, args.num_machines, args.machine_rank) == (16, 2, 1)
 
@@ -274,3 +275,21 @@ def test_every_gpu_node_gets_a_gpu_or_the_plan_is_refused(tmp_path: Path) -> Non
         return
     for launcher in plan.request["launchers"]:
         assert launcher["env"]["CUDA_VISIBLE_DEVICES"] != ""
+
+
+def test_plan_refuses_fsdp_on_a_machine_without_gpus_and_writes_nothing(tmp_path: Path) -> None:
+    backend = _backend(tmp_path, NO_GPU)
+    with pytest.raises(SpecError) as info:
+        _plan(backend, JobSpec(procs_per_node=2, strategy="fsdp"))  # type: ignore[arg-type]
+    assert "--strategy fsdp needs GPUs" in str(info.value)
+    assert _files(tmp_path) == []
+
+
+def test_plan_passes_its_own_accelerate_config_and_shows_it(tmp_path: Path) -> None:
+    plan = _plan(_backend(tmp_path, FOUR_H100), JobSpec(nodes=2, procs_per_node=2, strategy="fsdp"))  # type: ignore[arg-type]
+    config = plan.request["accelerate_config"]
+    for launcher in plan.request["launchers"]:
+        assert _value(launcher["argv"], "--config_file") == config["path"]
+    assert "distributed_type: FSDP" in config["text"] and "fsdp_version: 2" in config["text"]
+    assert "accelerate config (" in plan.render() and "distributed_type: FSDP" in plan.render()
+    assert _files(tmp_path) == []  # planning writes nothing; submit writes the file next to plan.json

@@ -13,9 +13,11 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from nbtrain.backends.accelerate_config import CONFIG_NAME, accelerate_config, render, strategy_refusal
 from nbtrain.backends.base import Capabilities, Plan, RunHandle, StoreBackedBackend
 from nbtrain.backends.launch import LaunchTarget, accelerate_argv, device_env
 from nbtrain.backends.local import procs
@@ -23,15 +25,18 @@ from nbtrain.backends.local.gpus import GpuInventory, detect_gpus
 from nbtrain.backends.local.ports import free_port
 from nbtrain.backends.local.supervisor import _pid_gone
 from nbtrain.backends.storecursor import attempt_numbers
-from nbtrain.errors import BackendError, EnvironmentProblem
+from nbtrain.errors import BackendError, EnvironmentProblem, SpecError
 from nbtrain.events import EventKind, EventWriter
 from nbtrain.model import Failure, RunState, RunStatus
 from nbtrain.runtime import context as rt
 from nbtrain.runtime import watchdog
-from nbtrain.spec import Device, JobSpec
-from nbtrain.store import Store, read_json, write_json_atomic
+from nbtrain.spec import Device, JobSpec, Strategy
+from nbtrain.store import Store, private_dir, read_json, write_json_atomic
 
 __all__ = ["LocalBackend"]
+
+#: A CPU gang of more than this many processes per core is refused unless --oversubscribe (it would only crawl).
+OVERSUBSCRIBE_FACTOR = 4
 
 _children: list[subprocess.Popen[bytes]] = []  # supervisors started by this process, reaped lazily
 
@@ -96,12 +101,27 @@ class LocalBackend(StoreBackedBackend):
                 "--device gpu: this machine has no visible GPU (nvidia-smi found none); "
                 "use --device cpu, or --backend kubernetes to run on a GPU cluster."
             )
+        refusal = strategy_refusal(spec, use_gpu)
+        if refusal is not None:
+            raise SpecError(refusal)
+        if spec.strategy is Strategy.DEEPSPEED and not _importable(self.python, "deepspeed"):
+            raise EnvironmentProblem(
+                f"--strategy deepspeed: DeepSpeed is not installed for {self.python}; install the extra with "
+                "`pip install 'nbtrain[deepspeed]'` (or `pip install deepspeed`)."
+            )
         wanted = spec.nodes * spec.procs
         if use_gpu and wanted > inventory.count:
             raise EnvironmentProblem(
                 f"--nodes {spec.nodes} --gpus {spec.procs} needs {wanted} GPUs but this machine has "
                 f"{inventory.count} ({', '.join(inventory.names) or 'unknown model'}); lower --gpus/--nodes "
                 "or use --backend kubernetes."
+            )
+        cores = os.cpu_count() or 1
+        if not use_gpu and spec.world_size > OVERSUBSCRIBE_FACTOR * cores and not spec.oversubscribe:
+            raise EnvironmentProblem(
+                f"--nodes {spec.nodes} --gpus {spec.procs_per_node} would start {spec.world_size} CPU processes on this "
+                f"machine's {cores} CPU core(s) (more than {OVERSUBSCRIBE_FACTOR} per core); lower --nodes/--gpus, use "
+                "--backend kubernetes, or pass --oversubscribe to start them anyway."
             )
         if not use_gpu and spec.procs_per_node > 0:
             notices.append(
@@ -114,6 +134,8 @@ class LocalBackend(StoreBackedBackend):
         logs_dir = attempt_dir / "logs"
         target = LaunchTarget("nbtrain.runtime.worker", (bundle_dir,))
         threads = max(1, (os.cpu_count() or 1) // max(1, spec.world_size))
+        config_path = attempt_dir / CONFIG_NAME
+        config_text = render(accelerate_config(spec, use_gpu=use_gpu, main_address="127.0.0.1", main_port=port))
         launchers: list[dict[str, Any]] = []
         for node in range(spec.nodes):
             ids = inventory.ids[node * spec.procs : (node + 1) * spec.procs] if use_gpu else ()
@@ -135,7 +157,7 @@ class LocalBackend(StoreBackedBackend):
             env.setdefault("OMP_NUM_THREADS", str(threads))
             argv = accelerate_argv(
                 spec, python=self.python, use_gpu=use_gpu, node_rank=node,
-                main_address="127.0.0.1", main_port=port, target=target,
+                main_address="127.0.0.1", main_port=port, target=target, config_file=str(config_path),
             )
             ranks = list(range(node * spec.procs, (node + 1) * spec.procs))
             launchers.append({"node": node, "argv": argv, "env": env, "cwd": os.getcwd(), "ranks": ranks, "gpus": list(ids)})
@@ -143,6 +165,7 @@ class LocalBackend(StoreBackedBackend):
             [f"device:    {'GPU ' + ','.join(inventory.ids[:wanted]) if use_gpu else 'CPU (gloo)'}",
              f"rendezvous: 127.0.0.1:{port}"]
             + [f"node {x['node']} (ranks {x['ranks'][0]}-{x['ranks'][-1]}): " + " ".join(x["argv"]) for x in launchers]
+            + [f"accelerate config ({config_path}):", *("  " + line for line in config_text.splitlines())]
         )
         request: dict[str, Any] = {
             "run_id": run_id,
@@ -158,6 +181,7 @@ class LocalBackend(StoreBackedBackend):
             "timeout_s": spec.timeout_s,
             "restart_budget": attempt + spec.max_restarts if restart_budget is None else restart_budget,
             "store_root": str(self.store.root),
+            "accelerate_config": {"path": str(config_path), "text": config_text},
             "bundle_dir": bundle_dir,
             "bundle_digest": bundle_digest,
             "notices": notices,
@@ -173,13 +197,11 @@ class LocalBackend(StoreBackedBackend):
     # -- I/O --------------------------------------------------------------------------------------
     def submit(self, plan: Plan) -> RunHandle:
         """Write plan.json and start the detached supervisor; returns at once."""
-        attempt_dir = Path(plan.request["attempt_dir"])
-        attempt_dir.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(attempt_dir / "plan.json", dict(plan.request))
+        attempt_dir = write_attempt_files(plan.request)
         env = dict(os.environ)
         env["NBTRAIN_SUPERVISOR_OF"] = plan.run_id
         env.pop(procs.MARKER, None)
-        with open(attempt_dir / "supervisor.log", "ab") as log:
+        with open(os.open(attempt_dir / "supervisor.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab") as log:
             try:
                 child = subprocess.Popen(
                     [self.python, "-m", "nbtrain.backends.local.supervisor", str(attempt_dir)],
@@ -273,7 +295,7 @@ class LocalBackend(StoreBackedBackend):
         """
         status = self.status(handle)
         attempt_dir = self.store.attempt_dir(handle.run_id, status.attempt)
-        (attempt_dir / "cancel.request").touch()
+        os.close(os.open(attempt_dir / "cancel.request", os.O_WRONLY | os.O_CREAT, 0o600))
         data = _read_status(attempt_dir / "status.json") or {}
         pid = int(data.get("supervisor_pid") or 0)
         if pid and _supervisor_alive(data):
@@ -291,6 +313,23 @@ class LocalBackend(StoreBackedBackend):
         while pid and _supervisor_alive(data) and time.monotonic() < deadline:
             _reap()
             time.sleep(0.05)
+
+
+def write_attempt_files(request: Mapping[str, Any]) -> Path:
+    """Write what an attempt's supervisor and launchers read: plan.json and the generated Accelerate config."""
+    attempt_dir = private_dir(Path(request["attempt_dir"]))  # the store is private (nbtrain.store)
+    config = request["accelerate_config"]
+    with open(os.open(config["path"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w", encoding="utf-8") as handle:
+        handle.write(config["text"])
+    write_json_atomic(attempt_dir / "plan.json", dict(request))
+    return attempt_dir
+
+
+def _importable(python: str, module: str) -> bool:
+    if python == sys.executable:
+        return importlib.util.find_spec(module) is not None
+    probe = f"import importlib.util,sys; sys.exit(importlib.util.find_spec({module!r}) is None)"
+    return subprocess.run([python, "-c", probe], capture_output=True, timeout=30).returncode == 0
 
 
 def _read_status(path: Path) -> dict[str, Any] | None:

@@ -29,7 +29,7 @@ from nbtrain.backends.verdict import Cause, Clock, Decision, Observation, Rules,
 from nbtrain.events import Event, EventKind, EventWriter, FileTail, parse_line
 from nbtrain.model import Failure, RunState
 from nbtrain.runtime import watchdog
-from nbtrain.store import read_json, write_json_atomic
+from nbtrain.store import PRIVATE_UMASK, read_json, write_json_atomic
 
 POLL_S = 0.1
 # failure_settle: collect near-simultaneous rank errors before ending the gang; done_grace: all ranks done but a
@@ -366,6 +366,9 @@ def main() -> None:
         sys.stderr.write("usage: python -m nbtrain.backends.local.supervisor ATTEMPT_DIR\n")
         sys.exit(2)
     attempt_dir = Path(sys.argv[1])
+    # The store is private (nbtrain.store): what this process, its launchers and their ranks write (status, logs,
+    # events, result.pkl, checkpoints in the run directory) is this user's only, whatever the kernel's umask.
+    os.umask(PRIVATE_UMASK)
     while True:
         supervisor = Supervisor(attempt_dir)
         state = supervisor.run()
