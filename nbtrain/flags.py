@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from nbtrain.errors import SpecError
-from nbtrain.spec import LIMITS, JobSpec, choices_of
+from nbtrain.spec import LIMITS, NUMBER_LIMITS, JobSpec, choices_of
 
 __all__ = [
     "BACKENDS", "EXCLUDED_FIELDS", "OPTIONS", "SURFACES", "TOML_TABLES", "BackendInfo", "Option", "TomlError",
@@ -65,6 +65,7 @@ BACKENDS: Mapping[str, BackendInfo] = {
 _LAUNCH = frozenset({"local", "kubernetes"})
 _K8S = frozenset({"kubernetes"})
 _CHECKPOINTS = frozenset({"local"})  # only the local supervisor restarts gangs and keeps checkpoints
+_LOCAL = frozenset({"local"})
 
 
 def _field_default(f: Field[Any]) -> Any:
@@ -121,6 +122,11 @@ class Option:
         return LIMITS.get(self.field) if self.field else None
 
     @property
+    def number_limits(self) -> tuple[float, float] | None:
+        """``(above, highest)`` of a ``float`` option (JobSpec's own: finite, > above, <= highest), else None."""
+        return NUMBER_LIMITS.get(self.field) if self.field else None
+
+    @property
     def default_json(self) -> Any:
         """The default as JSON (enums as their value, mappings as objects, tuples as lists)."""
         value = self.default
@@ -153,14 +159,18 @@ OPTIONS: tuple[Option, ...] = (
        metavar="IMAGE", default_text="NBTRAIN_K8S_IMAGE (required: Python, torch, accelerate)"),
     _o("--env", "pairs", "Environment variable for every rank (repeatable).", field="env", toml="job.env",
        backends=_LAUNCH, metavar="NAME=VALUE", merge=True),
-    _o("--timeout", "float", "Fail the run after this many seconds.", field="timeout_s", toml="job.timeout_s",
-       backends=_LAUNCH, metavar="SECONDS", default_text="none"),
-    _o("--collective-timeout", "float", "Seconds before a hung collective fails the gang (torch's own is 30 min).",
-       field="collective_timeout_s", toml="job.collective_timeout_s", backends=_LAUNCH, metavar="SECONDS"),
-    _o("--max-capture-mb", "float", "Cap on the pickled notebook objects the bundle carries.",
+    _o("--timeout", "float", "Fail the run after this many seconds (at most 30 days).", field="timeout_s",
+       toml="job.timeout_s", backends=_LAUNCH, metavar="SECONDS", default_text="none"),
+    _o("--collective-timeout", "float", "Seconds before a hung collective fails the gang (torch's own is 30 min; "
+       "at most 24 hours).", field="collective_timeout_s", toml="job.collective_timeout_s", backends=_LAUNCH,
+       metavar="SECONDS"),
+    _o("--max-capture-mb", "float", "Cap on the pickled notebook objects the bundle carries (at most 10240 MB).",
        field="max_capture_mb", toml="job.max_capture_mb", metavar="MB"),
     _o("--allow-secrets", "switch", "Ship values that look like secrets anyway.", field="allow_secrets",
        toml="job.allow_secrets"),
+    _o("--oversubscribe", "switch", "Start a CPU gang of more than 4 processes per CPU core of this machine "
+       "(refused otherwise: it would crawl).", field="oversubscribe", toml="job.oversubscribe", backends=_LOCAL,
+       why="schedules pods by their requests, not by this machine's cores"),
     _o("--experiment", "str", "MLflow experiment.", field="experiment", toml="tracking.experiment",
        metavar="NAME", default_text="the notebook's name"),
     _o("--no-tracking", "switch", "Don't record the run in MLflow (NBTRAIN_TRACKING=0 turns tracking off "
@@ -469,7 +479,7 @@ def dialog_data() -> dict[str, Any]:
     """JSON-serialisable description of the ``%%distributed`` options for the JupyterLab dialog."""
     options = {}
     for option in options_for("magic"):
-        limits = option.limits
+        limits = option.limits or option.number_limits  # a float's "min" is exclusive: it must be above it
         options[option.flag] = {
             "field": option.field, "type": option.kind, "choices": list(option.choices),
             "default": option.default_json, "min": limits[0] if limits else None,
@@ -512,6 +522,8 @@ def _type_text(option: Option) -> str:
         return " \\| ".join(option.choices)
     if option.limits:
         return f"integer {option.limits[0]}–{option.limits[1]}"
+    if option.number_limits:
+        return f"number > {option.number_limits[0]:g}, ≤ {option.number_limits[1]:.0f}"
     return {"int": "integer", "float": "number", "str": "text", "switch": "switch",
             "pairs": f"{option.metavar}, repeatable", "tolerations": f"{option.metavar}, repeatable"}[option.kind]
 

@@ -7,6 +7,7 @@ Bad values raise :class:`~nbtrain.errors.SpecError` naming the field, the value 
 from __future__ import annotations
 
 import enum
+import math
 import os
 import re
 from collections.abc import Mapping
@@ -15,7 +16,9 @@ from typing import Any
 
 from nbtrain.errors import SpecError
 
-__all__ = ["BACKEND_NAMES", "FLAVORS", "LIMITS", "Device", "JobSpec", "MixedPrecision", "Strategy", "choices_of"]
+__all__ = [
+    "BACKEND_NAMES", "FLAVORS", "LIMITS", "NUMBER_LIMITS", "Device", "JobSpec", "MixedPrecision", "Strategy", "choices_of",
+]
 
 _NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -72,6 +75,14 @@ LIMITS: Mapping[str, tuple[int, int]] = {
     "max_restarts": (0, 100),
     "keep_checkpoints": (1, 1000),
 }
+#: Ranges of the number fields (seconds, megabytes): field -> (above, highest). A value must be finite, greater
+#: than ``above`` and at most ``highest``: nothing downstream (a Kubernetes deadline, a process-group timeout, the
+#: capture cap in bytes, a JSON reply) ever sees an infinity, a NaN or a number it cannot hold.
+NUMBER_LIMITS: Mapping[str, tuple[float, float]] = {
+    "timeout_s": (0.0, 30 * 24 * 3600.0),  # 30 days
+    "collective_timeout_s": (0.0, 24 * 3600.0),  # 24 hours
+    "max_capture_mb": (0.0, 10240.0),  # 10 GiB of pickled notebook objects
+}
 _ENUMS: Mapping[str, type[_Choice]] = {"device": Device, "strategy": Strategy, "mixed_precision": MixedPrecision}
 
 
@@ -119,6 +130,7 @@ class JobSpec:
     experiment: str | None = None
     max_capture_mb: float = 50.0
     allow_secrets: bool = False
+    oversubscribe: bool = False  # local backend: allow a CPU gang of more than 4 processes per core
     # Kubernetes options (used by the kubernetes backend only).
     namespace: str | None = None
     queue: str | None = None
@@ -155,14 +167,11 @@ class JobSpec:
             raise SpecError("--name: the run name is empty; give a short name such as 'digits'.")
         if len(self.name) > 100:
             raise SpecError(f"--name: {self.name[:40]!r}... is {len(self.name)} characters; use at most 100.")
-        if self.timeout_s is not None and not self.timeout_s > 0:
-            raise SpecError(f"--timeout: {self.timeout_s!r} must be a positive number of seconds.")
-        if not self.collective_timeout_s > 0:
-            raise SpecError(
-                f"--collective-timeout: {self.collective_timeout_s!r} must be a positive number of seconds."
-            )
-        if not self.max_capture_mb > 0:
-            raise SpecError(f"--max-capture-mb: {self.max_capture_mb!r} must be positive.")
+        if self.timeout_s is not None:
+            _check_number("--timeout", self.timeout_s, *NUMBER_LIMITS["timeout_s"], unit="seconds (30 days)")
+        _check_number("--collective-timeout", self.collective_timeout_s, *NUMBER_LIMITS["collective_timeout_s"],
+                      unit="seconds (24 hours)")
+        _check_number("--max-capture-mb", self.max_capture_mb, *NUMBER_LIMITS["max_capture_mb"], unit="MB")
         for key, value in self.env.items():
             if not _ENV_NAME_RE.match(key):
                 raise SpecError(f"--env: {key!r} is not a valid environment variable name.")
@@ -216,3 +225,11 @@ def _check_int(flag: str, value: object, low: int, high: int) -> None:
         raise SpecError(f"{flag}: expected a whole number, got {value!r}.")
     if not low <= value <= high:
         raise SpecError(f"{flag}: {value} is out of range; use a value from {low} to {high}.")
+
+
+def _check_number(flag: str, value: object, above: float, highest: float, *, unit: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise SpecError(f"{flag}: expected a number, got {value!r}.")
+    if not (math.isfinite(value) and above < value <= highest):
+        raise SpecError(f"{flag}: {value!r} is out of range; use a number above {above:g} and at most "
+                        f"{highest:.0f} {unit}.")

@@ -13,6 +13,11 @@ Layout under the store root (``$NBTRAIN_HOME``, default ``~/.nbtrain``)::
 
 Every JSON file is replaced atomically (write to a temp file, fsync, rename), so readers never see a
 half-written record and a crash loses at most the last update.
+
+The store is private to its user, whatever the umask: the root and every directory in it are 0700, every
+file 0600 (bundles carry pickled notebook data, logs and results what the ranks printed and returned). A root
+found wider is tightened once, with a warning. The local supervisor and the ranks run as the same user with
+umask 077, so what they write (logs, events, result.pkl, checkpoints in the run directory) is private too.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import os
 import secrets
 import tempfile
 import time
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,9 +37,14 @@ from typing import Any
 from nbtrain.errors import EnvironmentProblem, RunNotFoundError
 from nbtrain.spec import JobSpec, slugify
 
-__all__ = ["RECORD_SCHEMA", "RunRecord", "Store", "default_home", "write_json_atomic"]
+__all__ = [
+    "PRIVATE_DIR", "PRIVATE_FILE", "PRIVATE_UMASK", "RECORD_SCHEMA", "RunRecord", "Store", "default_home",
+    "private_dir", "write_json_atomic",
+]
 
 RECORD_SCHEMA = 1
+#: Modes of what the store creates, and the umask of the processes that write into it (supervisor, ranks).
+PRIVATE_DIR, PRIVATE_FILE, PRIVATE_UMASK = 0o700, 0o600, 0o077
 
 
 def default_home() -> Path:
@@ -42,9 +53,26 @@ def default_home() -> Path:
     return Path(env).expanduser() if env else Path.home() / ".nbtrain"
 
 
+def private_dir(path: Path) -> Path:
+    """Create ``path`` and each missing parent with mode 0700 (``mkdir(parents=True)`` would give parents the
+    umask's mode); an existing directory is left as it is. Returns ``path``."""
+    missing = []
+    for candidate in (path, *path.parents):
+        if candidate.is_dir():
+            break
+        missing.append(candidate)
+    for directory in reversed(missing):
+        try:
+            directory.mkdir(mode=PRIVATE_DIR)
+        except FileExistsError:
+            if not directory.is_dir():
+                raise
+    return path
+
+
 def write_json_atomic(path: Path, data: Any) -> None:
-    """Replace ``path`` with ``data`` as JSON, atomically."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Replace ``path`` with ``data`` as JSON, atomically (a 0600 file; missing directories are made 0700)."""
+    private_dir(path.parent)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
@@ -119,11 +147,15 @@ class Store:
         return self.run_dir(run_id) / "attempts" / str(attempt)
 
     def ensure_writable(self) -> None:
-        """Create the root if needed; EnvironmentProblem naming the path when it is not writable."""
+        """Create the root (0700) if needed, tighten it if it is wider (warning once); EnvironmentProblem naming
+        the path when it is not writable."""
         try:
-            (self.root / "runs").mkdir(parents=True, exist_ok=True)
+            existed = self.root.is_dir()
+            private_dir(self.root / "runs")
+            if existed:
+                self._make_private()
             probe = self.root / f".probe-{os.getpid()}"
-            probe.write_text("ok")
+            os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, PRIVATE_FILE))
             probe.unlink()
         except OSError as error:
             raise EnvironmentProblem(
@@ -131,13 +163,37 @@ class Store:
                 "set NBTRAIN_HOME to a writable directory."
             ) from error
 
+    def _make_private(self) -> None:
+        """Tighten a root that others may read (made by an older nbtrain, or by hand) to 0700, with a warning."""
+        mode = self.root.stat().st_mode & 0o777
+        if not mode & 0o077:
+            return
+        try:
+            for directory in (self.root, self.root / "runs", self.bundles):
+                if directory.is_dir():
+                    directory.chmod(directory.stat().st_mode & 0o700)
+        except OSError as error:
+            warnings.warn(
+                f"the nbtrain store at {self.root} is readable by other users (mode {mode:04o}) and could not be "
+                f"made private ({error.strerror}): other accounts may read its pickled notebook data, logs and "
+                "results. chmod 700 it, or set NBTRAIN_HOME to a directory of your own.",
+                UserWarning, stacklevel=3,
+            )
+            return
+        warnings.warn(
+            f"the nbtrain store at {self.root} was readable by other users (mode {mode:04o}); nbtrain made it "
+            "private (0700): it holds pickled notebook data, logs and results. To share runs, export them "
+            "(%nbtrain export) instead.",
+            UserWarning, stacklevel=3,
+        )
+
     def new_run_id(self, name: str) -> str:
         """A fresh, unique, DNS-1123-safe id such as ``digits-3fa9c2`` (directory reserved on return)."""
         self.ensure_writable()
         for _ in range(100):
             run_id = f"{slugify(name)[:40]}-{secrets.token_hex(3)}"
             try:
-                self.run_dir(run_id).mkdir(parents=True)
+                self.run_dir(run_id).mkdir(mode=PRIVATE_DIR)
                 return run_id
             except FileExistsError:
                 continue

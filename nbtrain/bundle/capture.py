@@ -21,13 +21,13 @@ from typing import Any
 from nbtrain.errors import CaptureError
 
 from .analysis import analyze
-from .cellbody import RESULT_NAME, parse_source, prepare_cell_body, remove_lines
+from .cellbody import RESULT_NAME, parse_source, prepare_cell_body, remove_lines, require_code
 from .literals import literal_source
 from .manifest import build_manifest, nbtrain_version
 from .model import Bundle, CapturedName, CaptureKind, CaptureOptions
 from .order import OBJECTS, order_nodes
 from .pickling import PickledObjects, pickle_objects
-from .render import Section, definitions_and_objects, render_main
+from .render import Section, comment_text, definitions_and_objects, render_main
 from .report import kind_summary
 from .resolve import Closure, Entry, Where, describe_object, resolve_closure
 from .secrets import check_env_secrets, check_secret_literals
@@ -60,6 +60,7 @@ def capture_cell(
     :class:`BundleTooLargeError`, :class:`SecretInBundleError` or :class:`CaptureError`.
     """
     tree = parse_source(cell, line_offset=cell_line_offset, what="cell")
+    require_code(tree)
     analysis = analyze(tree)
     closure = resolve_closure(
         analysis.free_names(),
@@ -293,7 +294,7 @@ def _assemble(
     )
     attached = _read_extra_files(options.extra_files)
     if attached:
-        listing = "".join(f"#   {rel} ({len(data)} bytes)\n" for rel, data in attached.items())
+        listing = "".join(f"#   {comment_text(rel)} ({len(data)} bytes)\n" for rel, data in attached.items())
         sections.append(Section("attached files (next to this file)", listing))
     main = render_main(
         intro=_intro(kind, function, notebook, captured),

@@ -16,7 +16,7 @@ import io
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from nbtrain.errors import CellSyntaxError
+from nbtrain.errors import CaptureError, CellSyntaxError
 
 from .reader import RESULT_NAME
 
@@ -26,6 +26,7 @@ __all__ = [
     "parse_source",
     "prepare_cell_body",
     "remove_lines",
+    "require_code",
     "split_lines",
 ]
 
@@ -57,6 +58,15 @@ def parse_source(source: str, *, line_offset: int, what: str = "cell") -> ast.Mo
     except SyntaxError as err:
         raise _cell_syntax_error(err, source, line_offset, what) from None
     return tree
+
+
+def require_code(tree: ast.Module, what: str = "cell") -> None:
+    """Refuse (:class:`CaptureError`) a body without a single statement: empty, blank or only comments."""
+    if not tree.body:
+        raise CaptureError(
+            f"The {what} has no code (it is empty, or only blank lines and comments): there is nothing for the gang "
+            f"to run. Write the training code below the %%distributed line."
+        )
 
 
 def _cell_syntax_error(err: SyntaxError, source: str, line_offset: int, what: str) -> CellSyntaxError:

@@ -58,6 +58,10 @@ def literal_source(value: Any, max_chars: int) -> str | None:
 
 def _render(value: Any, state: _State) -> str:
     kind = type(value)
+    if kind in (str, bytes) and len(value) + 2 > state.left:
+        # repr() is at least len + 2 characters (up to 4x for bytes): refuse before building it, or a 200 MB value
+        # costs up to 800 MB here just to learn it is too long.
+        raise _NotPlain
     if kind in _SCALARS:
         return state.spend(repr(value))
     if kind is float:

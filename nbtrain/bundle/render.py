@@ -11,12 +11,17 @@ Layout (empty sections are left out)::
     # --- objects that cannot be written as source (objects.pkl, 7.6 MB) ---
     # --- the cell (cell line 2 is line 31 here) ---        or: the function + the call
 
+Text that comes from outside nbtrain (the notebook's path, a cell id, an attached file's name) only ever
+appears inside ``#`` comments, passed through :func:`comment_text`: a line break in it would end the
+comment and turn the rest into code that runs on every rank (and whenever an exported train.py runs).
+
 main.py never imports nbtrain (unless the cell does); objects.pkl is read relative to ``__file__`` with
 the standard pickle module (cloudpickle is imported by the pickle stream itself when needed).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -24,7 +29,7 @@ from .cellbody import RESULT_NAME
 from .order import OBJECTS
 from .report import human_size
 
-__all__ = ["MainPy", "Section", "render_main"]
+__all__ = ["MainPy", "Section", "comment_text", "render_main"]
 
 _WIDTH = 79
 
@@ -72,9 +77,19 @@ class MainPy:
     body_line: int
 
 
+# Everything a reader (Python's tokenizer, an editor, str.splitlines) may take for a line break, and every other
+# control character: C0, DEL, C1 (NEL among them), the Unicode line and paragraph separators.
+_NOT_IN_COMMENTS = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def comment_text(text: str) -> str:
+    """``text`` safe inside one ``#`` comment line: control characters and line breaks written as escapes (``\\n``)."""
+    return _NOT_IN_COMMENTS.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+
+
 def header(title: str) -> str:
-    """``# --- title ------...`` padded to 79 columns."""
-    line = f"# --- {title} "
+    """``# --- title ------...`` padded to 79 columns (``title`` passed through :func:`comment_text`)."""
+    line = f"# --- {comment_text(title)} "
     return line + "-" * max(3, _WIDTH - len(line))
 
 
@@ -123,8 +138,11 @@ def render_main(
     body_title: str,
     body: str,
 ) -> MainPy:
-    """Assemble main.py. ``body_title`` may contain ``{line}``: the line where ``body`` starts."""
-    parts: list[str] = [*(f"# {line}" for line in intro)]
+    """Assemble main.py. ``body_title`` may contain ``{line}``: the line where ``body`` starts.
+
+    Each ``intro`` line becomes one comment line (its text passed through :func:`comment_text`).
+    """
+    parts: list[str] = [*(f"# {comment_text(line)}" for line in intro)]
     parts += [*future]
     text = "\n".join(parts) + "\n"
     for section in sections:

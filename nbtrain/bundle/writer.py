@@ -1,4 +1,8 @@
-"""Write a bundle to disk atomically, content-addressed: ``<root>/<digest>/``."""
+"""Write a bundle to disk atomically, content-addressed: ``<root>/<digest>/``.
+
+A bundle is private to its user: directories 0700, files 0600, whatever the umask (objects.pkl is pickled
+notebook data). Workers run as the same user (local processes) or get the bundle's bytes (Kubernetes pods).
+"""
 
 from __future__ import annotations
 
@@ -20,23 +24,24 @@ def write_bundle(root: Path, digest: str, files: Mapping[str, bytes], manifest_b
 
     The files go to a temporary sibling directory that is then renamed into place, so a reader never
     sees a half-written bundle. If ``root/<digest>`` already exists it is kept as it is (same digest,
-    same content) and the temporary copy is discarded.
+    same content) and the temporary copy is discarded. Missing directories are made 0700, files 0600.
     """
+    from nbtrain.store import private_dir  # lazily: the bundle package stays importable on its own
+
     root = Path(root)
     target = root / digest
     if target.is_dir():
         return target
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{digest[:12]}.", suffix=".tmp", dir=root))
+    private_dir(root)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{digest[:12]}.", suffix=".tmp", dir=root))  # 0700
     try:
         for rel, data in files.items():
             if PurePosixPath(rel).is_absolute() or ".." in PurePosixPath(rel).parts:
                 raise CaptureError(f"Bundle file name {rel!r} is not a safe relative path.")
             path = tmp / rel
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(data)
-        (tmp / MANIFEST_NAME).write_bytes(manifest_bytes)
-        os.chmod(tmp, 0o755)  # mkdtemp makes it 0700; workers may run as another user
+            private_dir(path.parent)
+            _write_private(path, data)
+        _write_private(tmp / MANIFEST_NAME, manifest_bytes)
         try:
             os.rename(tmp, target)
         except OSError:
@@ -47,3 +52,9 @@ def write_bundle(root: Path, digest: str, files: Mapping[str, bytes], manifest_b
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return target
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(data)

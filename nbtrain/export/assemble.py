@@ -14,7 +14,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from nbtrain.bundle.cellbody import parse_source, prepare_cell_body
+from nbtrain.bundle.cellbody import parse_source, prepare_cell_body, require_code
 from nbtrain.bundle.manifest import build_manifest, nbtrain_version
 from nbtrain.bundle.model import Bundle, CapturedName, CaptureKind
 from nbtrain.bundle.order import order_nodes
@@ -42,6 +42,7 @@ def assemble_static(
     :class:`~nbtrain.errors.SecretInBundleError` like the live path.
     """
     tree = parse_source(body_source, line_offset=line_offset, what="cell")
+    require_code(tree)
     body = prepare_cell_body(body_source, tree)
     imports = sorted(closure.of_kind(CaptureKind.IMPORT), key=lambda e: (e.text.startswith("from "), e.text))
     literals = closure.of_kind(CaptureKind.LITERAL)

@@ -39,7 +39,7 @@ RESULT_NAME = "__nbtrain_result__"
 def redirect_output(logs_dir: str, rank: int) -> None:
     """Point fds 1 and 2 at ``logs_dir/rank-<rank>.log`` (append) and make Python's streams line-buffered."""
     Path(logs_dir).mkdir(parents=True, exist_ok=True)
-    fd = os.open(Path(logs_dir) / f"rank-{rank}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    fd = os.open(Path(logs_dir) / f"rank-{rank}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     sys.stdout.flush()
     sys.stderr.flush()
     os.dup2(fd, 1)
@@ -230,6 +230,8 @@ def main(argv: list[str] | None = None) -> None:
         os._exit(2)
     rank = int(os.environ.get("RANK", "0"))
     logs_dir = os.environ.get(context.ENV_LOGS_DIR)
+    if logs_dir or os.environ.get(context.ENV_EVENTS_DIR):
+        os.umask(0o077)  # writing into the (private) run store: logs, events, result, checkpoints for this user only
     if logs_dir:
         redirect_output(logs_dir, rank)
     ctx = context.current()

@@ -94,6 +94,13 @@ def test_spec_error_is_a_value_error_and_an_nbtrain_error() -> None:
         ({"timeout_s": -5.0}, "--timeout"),
         ({"collective_timeout_s": 0}, "--collective-timeout"),
         ({"max_capture_mb": 0}, "--max-capture-mb"),
+        ({"timeout_s": float("inf")}, "--timeout"),
+        ({"timeout_s": 30 * 24 * 3600 + 1}, "--timeout"),
+        ({"collective_timeout_s": float("nan")}, "--collective-timeout"),
+        ({"collective_timeout_s": 1e300}, "--collective-timeout"),
+        ({"max_capture_mb": float("inf")}, "--max-capture-mb"),
+        ({"max_capture_mb": 10241}, "--max-capture-mb"),
+        ({"timeout_s": "60"}, "--timeout"),
         ({"env": {"1BAD": "x"}}, "--env"),
         ({"env": {"OK": 3}}, "--env"),
     ],
@@ -180,3 +187,15 @@ def test_long_names_give_slugs_of_at_most_40_characters_without_a_trailing_dash(
     slug = slugify("a" * 39 + "-" + "b" * 30)
     assert len(slug) <= 40
     assert not slug.endswith("-")
+
+
+def test_number_limits_are_the_documented_maxima_and_old_records_load() -> None:
+    from nbtrain.spec import NUMBER_LIMITS
+
+    assert NUMBER_LIMITS == {"timeout_s": (0.0, 2592000.0), "collective_timeout_s": (0.0, 86400.0),
+                             "max_capture_mb": (0.0, 10240.0)}
+    top = JobSpec(timeout_s=2592000, collective_timeout_s=86400.0, max_capture_mb=10240.0)
+    assert JobSpec.from_dict(json.loads(json.dumps(top.to_dict()))) == top
+    old = JobSpec().to_dict()
+    del old["oversubscribe"]  # a record written before --oversubscribe existed
+    assert JobSpec.from_dict(old).oversubscribe is False

@@ -10,6 +10,8 @@
     attempts/<n>/mirror.lock              held by the one process that mirrors (flock)
     attempts/<n>/cancel.request           cancel was asked for (a verdict of CANCELLED follows)
 
+Like everything in the store, the directory is private to its user: directories 0700, files 0600.
+
 Each append is one ``os.write`` on an ``O_APPEND`` descriptor, so readers (cursors, ``logs()``) see
 whole lines. Positions are saved after the lines they count are written: a mirror that dies between
 the two can at worst copy one batch twice; a broken stream never loses or repeats a line.
@@ -28,7 +30,7 @@ from typing import Any
 from nbtrain.backends.kubernetes.lines import Record
 from nbtrain.backends.storecursor import tail_lines
 from nbtrain.events import Event, read_events
-from nbtrain.store import read_json
+from nbtrain.store import PRIVATE_FILE, private_dir, read_json
 
 __all__ = ["AttemptFiles", "tail_lines"]
 
@@ -36,7 +38,10 @@ __all__ = ["AttemptFiles", "tail_lines"]
 def _write_json(path: Path, data: Any) -> None:
     """Atomic replace without fsync (protects against a dying process, which is what matters here)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
-    tmp.write_text(json.dumps(data, sort_keys=True, default=str), encoding="utf-8")
+    private_dir(path.parent)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, PRIVATE_FILE)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(json.dumps(data, sort_keys=True, default=str))
     os.replace(tmp, path)
 
 
@@ -56,8 +61,8 @@ class AttemptFiles:
     # -- ownership ------------------------------------------------------------------------------
     def try_lock(self) -> bool:
         """Become the one mirroring process of this attempt (False: another process is)."""
-        self.root.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.root / "mirror.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        private_dir(self.root)
+        fd = os.open(self.root / "mirror.lock", os.O_RDWR | os.O_CREAT, PRIVATE_FILE)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
@@ -130,15 +135,15 @@ class AttemptFiles:
 
     def request_cancel(self) -> None:
         """Record a cancel request."""
-        self.root.mkdir(parents=True, exist_ok=True)
-        (self.root / "cancel.request").touch()
+        private_dir(self.root)
+        os.close(os.open(self.root / "cancel.request", os.O_WRONLY | os.O_CREAT, PRIVATE_FILE))
 
     # -- appends --------------------------------------------------------------------------------
     def _append(self, path: Path, data: bytes) -> None:
         fd = self._fds.get(path)
         if fd is None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd = self._fds[path] = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            private_dir(path.parent)
+            fd = self._fds[path] = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, PRIVATE_FILE)
         os.write(fd, data)
 
     def append_lines(self, name: str, lines: Iterable[str]) -> None:

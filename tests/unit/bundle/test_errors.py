@@ -90,9 +90,23 @@ def test_size_cap_names_the_biggest_objects(notebook: Notebook) -> None:
         capture_cell("tiny, small, medium, big\n", ns, history=history,
                      options=CaptureOptions(max_pickle_bytes=1024 * 1024))  # fmt: skip
     message = str(caught.value)
-    assert "over the cap of 1.0 MB (1048576 bytes)" in message
-    assert "Biggest: big (2.3 MB), medium (781.3 KB), small (78.2 KB)." in message
+    # arrays of numbers: their size is known before pickling, so they are refused without being copied
+    assert "take at least 3.1 MB (3280080 bytes) pickled, over the cap of 1.0 MB (1048576 bytes)" in message
+    assert "Biggest: big (2.3 MB), medium (781.2 KB), small (78.1 KB)." in message
     assert "--max-capture-mb" in message and "tiny" not in message
+
+
+def test_size_cap_measured_by_pickling_names_the_biggest_objects(notebook: Notebook) -> None:
+    ns, history = notebook(
+        "import numpy as np\nbig = [np.zeros(300_000)]\nmedium = [np.zeros(100_000)]\nsmall = [np.zeros(10_000)]\n"
+        "tiny = [np.zeros(10)]\n"
+    )
+    with pytest.raises(BundleTooLargeError) as caught:
+        capture_cell("tiny, small, medium, big\n", ns, history=history,
+                     options=CaptureOptions(max_pickle_bytes=1024 * 1024))  # fmt: skip
+    message = str(caught.value)
+    assert "at least" not in message and "over the cap of 1.0 MB (1048576 bytes)" in message
+    assert "Biggest: big (2.3 MB), medium (781.3 KB), small (78.2 KB)." in message
 
 
 def test_secret_from_the_environment_is_refused_without_showing_it(
