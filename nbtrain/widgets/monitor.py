@@ -4,6 +4,10 @@ One per run handle. It is a listener of the run's single watcher thread: the wat
 :meth:`MonitorWidget.on_batch` ~10 times a second; the widget sends at most one custom message per
 0.2 s and re-syncs its small traits at most once a second (sooner on a state change). It never prints
 or displays from that thread; the final text summary is refreshed by ``Run.wait`` on the main thread.
+
+What it reads of the run is :class:`MonitoredRun`: the read interface (state, attempt, failure and notices
+from ``snapshot(refresh=False)``, pages from ``log_page``), the run's controls, and the folded events for
+what a snapshot does not carry yet (every rank's step, liveness and environment; rank 0's chart history).
 """
 
 from __future__ import annotations
@@ -13,18 +17,17 @@ import platform
 import threading
 import time
 from importlib import metadata
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import anywidget
 import traitlets
 
-from nbtrain.model import Batch, RunState
+from nbtrain.model import Batch, RunSnapshot
+from nbtrain.reader import RunReader
+from nbtrain.view import RunView
 from nbtrain.widgets.viewmodel import MonitorLimits, MonitorModel, page_reply, page_request
 
-if TYPE_CHECKING:
-    from nbtrain.client import Run
-
-__all__ = ["MonitorWidget"]
+__all__ = ["MonitorWidget", "MonitoredRun"]
 
 _STATIC = pathlib.Path(__file__).parent / "static"
 FLUSH_EVERY_S = 0.2
@@ -43,6 +46,34 @@ def kernel_versions() -> dict[str, str | None]:
     return {"python": platform.python_version(), "torch": version("torch"), "accelerate": version("accelerate")}
 
 
+class MonitoredRun(RunReader, Protocol):
+    """What the monitor needs of a run (:class:`nbtrain.client.Run` is one): the read interface, plus
+
+    - ``view``: the events folded so far, read only for what :class:`~nbtrain.model.RunSnapshot` does not
+      carry (each rank's step, liveness and environment for the grid and the environment check; rank 0's
+      metric history for the charts). To go once snapshots carry per-rank facts;
+    - ``cancel()``, ``resume()``: the Stop and Resume buttons;
+    - ``summary()``: the text/plain part that headless runs keep.
+    """
+
+    @property
+    def view(self) -> RunView:
+        """The run's folded events (mutated by the watcher thread under the run's lock)."""
+        ...
+
+    def cancel(self) -> None:
+        """End every process of the run."""
+        ...
+
+    def resume(self) -> Any:
+        """Launch the run again from its latest checkpoint."""
+        ...
+
+    def summary(self) -> str:
+        """A readable multi-line summary of the run."""
+        ...
+
+
 class MonitorWidget(anywidget.AnyWidget):
     """Live view of one run: header, rank grid, charts, logs, failure triage, environment check."""
 
@@ -57,11 +88,12 @@ class MonitorWidget(anywidget.AnyWidget):
     log_ranks = traitlets.List(traitlets.Int()).tag(sync=True)
     line_counts = traitlets.Dict().tag(sync=True)
 
-    def __init__(self, run: Run, *, limits: MonitorLimits | None = None, **kwargs: Any) -> None:
+    def __init__(self, run: MonitoredRun, *, limits: MonitorLimits | None = None, **kwargs: Any) -> None:
         # Everything is computed before the widget's comm opens, so the first message carries it.
         self._run = run
+        snapshot = run.snapshot(refresh=False)  # the caller has just read the run; no I/O here
         self._model = MonitorModel(
-            run.id, run.spec.name, run.record.backend, run.spec.nodes, run.spec.procs, kernel_versions(),
+            run.id, snapshot.name, snapshot.backend, snapshot.nodes, snapshot.procs, kernel_versions(),
             limits or MonitorLimits(),
         )
         self._lock = threading.Lock()
@@ -72,16 +104,18 @@ class MonitorWidget(anywidget.AnyWidget):
         self.messages_sent = 0  # custom messages + trait syncs, for benchmarks
         for key, points in run.view.metrics.get(0, {}).items():  # what the handle saw before the widget existed
             self._model.series[key] = [(float(step), value) for _, step, value in points]
-        super().__init__(**self._state_traits(run.view.state), **kwargs)
-        self._last_state = run.view.state
+        super().__init__(**self._state_traits(snapshot), **kwargs)
+        self._last_state = snapshot.state
         self.on_msg(self._on_front_end_message)
 
     # -- watcher side -----------------------------------------------------------------------------
     def on_batch(self, batch: Batch) -> None:
         """Watcher-thread callback: accumulate, then flush if due (always on a terminal state)."""
+        # before our lock: the snapshot takes the run's, which the watcher holds while it calls us
+        snapshot = self._run.snapshot(refresh=False)  # no I/O: never a nested read on the watcher thread
         with self._lock:
             self._model.ingest(batch)
-            state = self._run.view.state
+            state = snapshot.state
             now = time.monotonic()
             terminal = state.terminal
             if not terminal and now - self._last_flush < FLUSH_EVERY_S:
@@ -93,23 +127,22 @@ class MonitorWidget(anywidget.AnyWidget):
                 self.messages_sent += 1
             if terminal or state != self._last_state or now - self._last_traits >= TRAITS_EVERY_S:
                 self._last_traits = now
-                self._sync_traits(state)
+                self._sync_traits(snapshot)
 
-    def _state_traits(self, state: RunState) -> dict[str, Any]:
+    def _state_traits(self, snapshot: RunSnapshot) -> dict[str, Any]:
         view, model = self._run.view, self._model
         return {
-            "header": model.header(view, state, stopping=self._stopping, tracking_url=self._tracking_url(),
-                                   can_resume=state in (RunState.FAILED, RunState.CANCELLED) and bool(view.checkpoints)),
-            "ranks": model.ranks(view, state),
-            "failure": model.failure(view, state),
+            "header": model.header(snapshot, view, stopping=self._stopping, tracking_url=self._run.tracking_url()),
+            "ranks": model.ranks(view, snapshot.state),
+            "failure": model.failure(snapshot),
             "env": model.env(view),
             "metric_keys": list(model.series),
             "log_ranks": sorted(model.line_counts),
             "line_counts": {str(r): n for r, n in model.line_counts.items()},
         }
 
-    def _sync_traits(self, state: RunState) -> None:
-        values = self._state_traits(state)
+    def _sync_traits(self, snapshot: RunSnapshot) -> None:
+        values = self._state_traits(snapshot)
         with self.hold_sync():  # one comm message for all trait changes
             for name, value in values.items():
                 current = getattr(self, name)
@@ -117,7 +150,7 @@ class MonitorWidget(anywidget.AnyWidget):
                     continue  # only the clock moved: nothing to send
                 if current != value:
                     setattr(self, name, value)
-        self._last_state = state
+        self._last_state = snapshot.state
         self.messages_sent += 1
 
     # -- front-end side (kernel main thread) -------------------------------------------------------
@@ -137,7 +170,7 @@ class MonitorWidget(anywidget.AnyWidget):
             threading.Thread(target=self._resume, name=f"nbtrain-resume-{self._run.id}", daemon=True).start()
         elif kind == "stop":
             self._stopping = True
-            self._sync_traits(self._run.view.state)
+            self._sync_traits(self._run.snapshot(refresh=False))
             # cancel takes seconds: off the comm handler so the kernel stays responsive
             threading.Thread(target=self._run.cancel, name=f"nbtrain-cancel-{self._run.id}", daemon=True).start()
 
@@ -145,23 +178,13 @@ class MonitorWidget(anywidget.AnyWidget):
         try:
             self._run.resume()
         except Exception as error:  # noqa: BLE001 - shown in the widget, never raised into a comm thread
-            self._run.view.notices.append(f"resume failed: {error}")
-            self._sync_traits(self._run.view.state)
-
-    def _tracking_url(self) -> str | None:
-        try:
-            from nbtrain.tracking import tracking_url
-        except ImportError:
-            return None
-        try:
-            return tracking_url(self._run.record, store=self._run.store)
-        except Exception:  # noqa: BLE001 - a link is optional
-            return None
+            self._run.notice(f"resume failed: {error}")
+            self._sync_traits(self._run.snapshot(refresh=False))
 
     def _page(self, rank: int, before: int, limit: int) -> dict[str, Any]:
         # One seek-based page read (never the whole log), from the attempt whose lines the model numbers.
         start, count = page_request(before, limit)
-        page = self._run.backend.log_page(self._run.handle, rank, start, count, attempt=self._model.line_attempt)
+        page = self._run.log_page(rank, start, count, attempt=self._model.line_attempt)
         return page_reply(rank, page)
 
     # -- display ----------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """What the monitor shows, computed from a run's events and log lines (pure: no widgets, no I/O).
 
-``MonitorModel.ingest(batch, view)`` accumulates; the ``header``/``ranks``/``failure``/``env``
-methods give the small synced state; ``take_batch()`` gives the bulk delta for one custom message
+``MonitorModel.ingest(batch)`` accumulates; the ``header``/``ranks``/``failure``/``env`` methods give the
+small synced state (the run-level facts from a :class:`~nbtrain.model.RunSnapshot`, the per-rank ones from
+the folded :class:`~nbtrain.view.RunView`); ``take_batch()`` gives the bulk delta for one custom message
 (bounded in size); ``snapshot()`` answers a (re)connecting browser. See PROTOCOL.md.
 """
 
@@ -13,7 +14,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from nbtrain.model import Batch, LogPage, RunState
+from nbtrain.model import Batch, LogPage, RunSnapshot, RunState
 from nbtrain.view import RunView
 from nbtrain.widgets.decimate import decimate
 
@@ -192,21 +193,22 @@ class MonitorModel:
         }
 
     # -- small state ------------------------------------------------------------------------------
-    def header(self, view: RunView, state: RunState, *, now: float | None = None, tracking_url: str | None = None,
-               can_resume: bool = False, stopping: bool = False) -> dict[str, Any]:
-        """The ``header`` trait."""
-        steps = [i.last_step for i in view.ranks.values() if i.last_step is not None]
+    def header(self, snapshot: RunSnapshot, view: RunView, *, now: float | None = None,
+               tracking_url: str | None = None, stopping: bool = False) -> dict[str, Any]:
+        """The ``header`` trait: the run's facts from ``snapshot``, the device from rank 0's environment."""
         env0 = view.ranks[0].env if 0 in view.ranks else {}
         device = str(env0.get("device") or "")
+        state = snapshot.state
         return {
             "run_id": self.run_id, "name": self.name, "backend": self.backend,
             "nodes": self.nodes, "procs": self.procs, "world_size": self.world_size,
             "device": "gpu" if device.startswith("cuda") else ("cpu" if device else "unknown"),
-            "state": state.value, "started": view.started, "ended": view.ended,
+            "state": state.value, "started": snapshot.started, "ended": snapshot.ended,
             "now": time.time() if now is None else now,
-            "step": max(steps) if steps else None, "total": view.total,
-            "attempt": view.attempt, "notices": list(view.notices),
-            "tracking_url": tracking_url, "can_resume": can_resume, "stopping": stopping and not state.terminal,
+            "step": snapshot.step, "total": snapshot.total,
+            "attempt": snapshot.attempt, "notices": list(snapshot.notices),
+            "tracking_url": tracking_url, "can_resume": snapshot.can_resume,
+            "stopping": stopping and not state.terminal,
         }
 
     def ranks(self, view: RunView, state: RunState, *, now: float | None = None) -> dict[str, Any]:
@@ -214,11 +216,11 @@ class MonitorModel:
         return rank_states(view, self.nodes, self.procs, time.time() if now is None else now, self.limits, state)
 
     @staticmethod
-    def failure(view: RunView, state: RunState) -> dict[str, Any]:
+    def failure(snapshot: RunSnapshot) -> dict[str, Any]:
         """The ``failure`` trait: {} unless the run failed."""
-        if state is not RunState.FAILED or view.failure is None:
+        if snapshot.state is not RunState.FAILED or snapshot.failure is None:
             return {}
-        f = view.failure
+        f = snapshot.failure
         return {
             "summary": f.summary(), "rank": f.rank, "node": f.node, "exit_code": f.exit_code, "signal": f.signal,
             "reason": f.reason, "exc_type": f.exc_type, "message": f.message, "traceback": f.traceback,

@@ -2,33 +2,64 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from nbtrain.logpage import read_page
-from nbtrain.model import Batch, LogLine, LogPage
+from nbtrain.model import Batch, LogLine, LogPage, RunSnapshot, RunState
+from nbtrain.spec import JobSpec
 from nbtrain.view import RunView
 from nbtrain.widgets.viewmodel import MAX_PAGE, page_reply, page_request
 
 pytest.importorskip("anywidget")
 
 
-class PagedBackend:
-    """Serves ``log_page`` from real files (one per attempt); reading a whole log fails the test."""
+class PagedRun:
+    """A run as the monitor sees it (``MonitoredRun``), serving pages from real files (one per attempt).
+
+    It has no whole-log read at all, and it records every page the monitor asks for.
+    """
 
     def __init__(self, logs: dict[int, Path]) -> None:
         self.logs = logs
         self.calls: list[tuple[int, int, int, int | None]] = []
+        self.id = "paged-1"
+        self.spec = JobSpec(name="paged", procs_per_node=2)
+        self.notebook: str | None = None
+        self.view = RunView()
+        self.notices: list[str] = []
 
-    def log_page(self, handle: Any, rank: int, start: int, limit: int, *, attempt: int | None = None) -> LogPage:
+    def snapshot(self, *, refresh: bool = True) -> RunSnapshot:
+        return RunSnapshot(run_id=self.id, name="paged", backend="local", state=RunState.RUNNING, attempt=0,
+                           nodes=1, procs=2, world_size=2, created=0.0, notices=tuple(self.notices))
+
+    def log_page(self, rank: int, start: int, limit: int, *, attempt: int | None = None) -> LogPage:
         self.calls.append((rank, start, limit, attempt))
         return read_page(self.logs[attempt or 0], start, limit)
 
-    def logs(self, *args: Any, **kwargs: Any) -> list[str]:
-        raise AssertionError("the monitor read a whole log")
+    def cursor(self) -> Any:
+        raise AssertionError("the monitor is fed by its listener, it opens no cursor")
+
+    def notice(self, message: str) -> None:
+        self.notices.append(message)
+
+    def subscribe(self, listener: Callable[[Batch], None], *, lines: bool = True) -> None:
+        raise AssertionError("Run.monitor subscribes the widget, the widget does not")
+
+    def tracking_url(self) -> str | None:
+        return None
+
+    def cancel(self) -> None:
+        raise AssertionError("nobody pressed Stop")
+
+    def resume(self) -> Any:
+        raise RuntimeError("no checkpoint to resume from")
+
+    def summary(self) -> str:
+        return self.id
 
 
 def test_page_request_and_reply() -> None:
@@ -49,11 +80,8 @@ def test_monitor_pages_read_by_line_number_from_the_attempt_shown(tmp_path: Path
     for attempt in (0, 1):
         logs[attempt] = tmp_path / f"attempt-{attempt}.log"
         logs[attempt].write_text("".join(f"a{attempt} line {i}\n" for i in range(3000)) + "half a li")
-    backend = PagedBackend(logs)
-    run = SimpleNamespace(id="paged-1", spec=SimpleNamespace(name="paged", nodes=1, procs=2),
-                          record=SimpleNamespace(backend="local"), view=RunView(), backend=backend,
-                          handle=object(), store=None, summary=lambda: "paged-1")
-    widget = MonitorWidget(run)  # type: ignore[arg-type]
+    run = backend = PagedRun(logs)
+    widget = MonitorWidget(run)
     reply = widget._page(0, 2500, 1000)
     assert reply["start"] == 1500 and reply["lines"] == [f"a0 line {i}" for i in range(1500, 2500)]
     assert not reply["eof"] and backend.calls[-1] == (0, 1500, 1000, 0)
@@ -66,3 +94,13 @@ def test_monitor_pages_read_by_line_number_from_the_attempt_shown(tmp_path: Path
     assert widget._page(0, 5000, 1000)["lines"] == []  # nothing is numbered that high
     tail = widget._page(0, 3000, 1000)  # the newest page: the half-written line is not shown
     assert tail["lines"][-1] == "a1 line 2999" and len(tail["lines"]) == 1000
+
+
+def test_a_failed_resume_becomes_a_notice_in_the_header(tmp_path: Path) -> None:
+    from nbtrain.widgets.monitor import MonitorWidget
+
+    run = PagedRun({0: tmp_path / "none.log"})
+    widget = MonitorWidget(run)
+    widget._resume()  # what the Resume button's thread runs
+    assert run.notices == ["resume failed: no checkpoint to resume from"]
+    assert widget.header["notices"] == run.notices and widget.header["state"] == "running"

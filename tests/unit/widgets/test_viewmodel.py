@@ -7,7 +7,7 @@ import json
 import pytest
 
 from nbtrain.events import Event, EventKind
-from nbtrain.model import Batch, Failure, LogLine, RunState
+from nbtrain.model import Batch, Failure, LogLine, RunSnapshot, RunState
 from nbtrain.view import RunView
 from nbtrain.widgets.decimate import decimate
 from nbtrain.widgets.viewmodel import MonitorLimits, MonitorModel
@@ -33,6 +33,16 @@ def _model(nodes: int = 2, procs: int = 2, **limits: object) -> MonitorModel:
     return MonitorModel("r-1", "r", "local", nodes, procs, dict(KERNEL), MonitorLimits(**limits))  # type: ignore[arg-type]
 
 
+def _snapshot(view: RunView, state: RunState, **extra: object) -> RunSnapshot:
+    """What ``Run.snapshot`` gives for ``view`` when the backend says ``state``."""
+    steps = [i.last_step for i in view.ranks.values() if i.last_step is not None]
+    fields: dict[str, object] = dict(
+        run_id="r-1", name="r", backend="local", state=state, attempt=view.attempt, nodes=2, procs=2, world_size=4,
+        created=900.0, started=view.started, ended=view.ended, step=max(steps) if steps else None, total=view.total,
+        notices=tuple(view.notices), failure=view.failure if state is RunState.FAILED else None)
+    return RunSnapshot(**{**fields, **extra})  # type: ignore[arg-type]
+
+
 def _apply(view: RunView, model: MonitorModel, events: list[Event], lines: list[LogLine] = ()) -> None:  # type: ignore[assignment]
     for e in events:
         view.apply(e)
@@ -49,9 +59,15 @@ def test_header_progress_and_device() -> None:
         events.append(feed.event(EventKind.METRIC, rank, step=7, values={"loss": 0.5}, total=100))
     events.append(feed.event(EventKind.STATE, state="running"))
     _apply(view, model, events)
-    header = model.header(view, RunState.RUNNING, now=2000.0)
+    header = model.header(_snapshot(view, RunState.RUNNING), view, now=2000.0, tracking_url="http://mlflow/x")
     assert header["state"] == "running" and header["step"] == 7 and header["total"] == 100
     assert header["world_size"] == 4 and header["device"] == "cpu" and header["now"] == 2000.0
+    assert header["tracking_url"] == "http://mlflow/x" and header["can_resume"] is False
+    assert header["started"] == view.started and header["attempt"] == 0 and not header["stopping"]
+    stopped = model.header(_snapshot(view, RunState.CANCELLED, can_resume=True, notices=("resume me",)), view,
+                           stopping=True)
+    assert stopped["can_resume"] is True and stopped["notices"] == ["resume me"]
+    assert stopped["stopping"] is False  # a run that already ended is not "stopping"
     env = model.env(view)
     assert env["mismatches"] == 0  # '+cpu' local tags are not a mismatch
 
@@ -93,8 +109,8 @@ def test_failure_is_pinned_only_when_failed() -> None:
     _apply(view, model, [feed.event(EventKind.RANK_ERROR, 3, exc_type="ValueError", message="boom"),
                          Event(EventKind.FAILURE, "supervisor", 90, feed.t, 0, None, failure.to_dict()),
                          feed.event(EventKind.STATE, state="failed")])
-    assert model.failure(view, RunState.RUNNING) == {}
-    pinned = model.failure(view, RunState.FAILED)
+    assert model.failure(_snapshot(view, RunState.RUNNING)) == {}
+    pinned = model.failure(_snapshot(view, RunState.FAILED))
     assert pinned["rank"] == 3 and pinned["summary"].startswith("rank 3 (node 1) failed: ValueError: boom")
     assert pinned["traceback"].endswith("ValueError: boom") and pinned["last_lines"] == ["a", "b"]
     grid = model.ranks(view, RunState.FAILED, now=feed.t)
@@ -144,7 +160,7 @@ def test_env_mismatch_is_flagged() -> None:
                                     device="cuda:0", host="node-a", gpu_name="H100")])
     env = model.env(view)
     assert env["mismatches"] == 1 and env["ranks"][0]["mismatch"] == ["torch"]
-    assert model.header(view, RunState.RUNNING)["device"] == "gpu"
+    assert model.header(_snapshot(view, RunState.RUNNING), view)["device"] == "gpu"
 
 
 @pytest.mark.parametrize("count", [0, 3, 10, 5000])
