@@ -8,7 +8,8 @@ so ``import nbtrain.tracking`` costs only the standard library. Usage (what the 
     ...
     forwarder.close()                       # flush what is buffered when the handle is dropped
 
-    tracking_url(run.record)                # "Open in MLflow" link (None for a local sqlite/file store)
+    run.tracking_url()                      # "Open in MLflow" link (None for a local sqlite/file store),
+                                            # from tracking_url(record, store=store) here
 
 See docs/tracking.md for what is recorded and the exactly-once rules.
 """

@@ -1,5 +1,8 @@
 """What the forwarder reads from the store for MLflow: the bundle's facts at creation, files at the end.
 
+Beyond the read interface (:class:`nbtrain.reader.RunReader`): the bundle directory and the attempts' log
+files are read where the store keeps them (``run.store``, ``run.record``) and uploaded as they are.
+
 No mlflow import here: uploads go through :class:`~nbtrain.tracking.sink.MlflowSink`.
 """
 
@@ -112,12 +115,12 @@ def upload_artifacts(
 def _upload_log(sink: MlflowSink, mlflow_run: str, run: Run, tmp: Path, attempt: int, rank: int) -> None:
     local = run.store.attempt_dir(run.id, attempt) / "logs" / f"rank-{rank}.log"
     if not local.is_file():  # backends without a shared disk serve logs through their API
-        lines = run.backend.logs(run.handle, rank, attempt=attempt)
-        if not lines:
+        text = run.logs(rank, attempt=attempt)
+        if not text:
             return
         local = tmp / f"attempt-{attempt}" / f"rank-{rank}.log"
         local.parent.mkdir(parents=True, exist_ok=True)
-        local.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        local.write_text(text + "\n", encoding="utf-8")
     sink.upload(mlflow_run, local, f"logs/attempt-{attempt}")
 
 

@@ -14,8 +14,13 @@ forwarder that takes over after a kernel died misses nothing and repeats nothing
 event's own time, so even a ``log_batch`` that succeeded just before a crash (mark not yet written)
 is re-sent as identical rows, which MLflow's SQL store ignores.
 
-The forwarder's thread never takes the run's lock and never prints; failures become one notice in
-``run.view.notices`` per kind, and the work is retried with backoff.
+The forwarder's thread never takes the run's lock and never prints; failures become one notice per kind
+(``run.notice``), and the work is retried with backoff.
+
+What it reads of the run: ``snapshot(refresh=False)`` on the watcher thread (state, attempt, end, failure),
+``cursor()`` for the catch-up read, its own events for each attempt's failure; and, beyond the read
+interface, the store: its ledger and lock in the run's directory, the MLflow run id kept in the run's
+record, the bundle and the log files it uploads (:mod:`nbtrain.tracking.artifacts`).
 """
 
 from __future__ import annotations
@@ -24,11 +29,10 @@ import fcntl
 import os
 import threading
 import time
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from nbtrain.events import Event, EventKind
-from nbtrain.model import Batch, RunState
+from nbtrain.model import Batch, RunSnapshot, RunState
 from nbtrain.tracking.artifacts import new_run_params, new_run_tags, upload_artifacts
 from nbtrain.tracking.describe import experiment_name, mlflow_key, worker_tags
 from nbtrain.tracking.ledger import Entry, Ledger, Pending, Point, stream_key
@@ -41,40 +45,6 @@ if TYPE_CHECKING:
 __all__ = ["ATTEMPT_METRIC", "TrackingForwarder"]
 
 ATTEMPT_METRIC = "nbtrain.attempt"
-
-
-@dataclass(frozen=True)
-class _Snapshot:
-    """What the forwarder needs from ``run.view``/``run.record``, taken under the run's lock."""
-
-    state: RunState
-    attempt: int
-    ended: float | None
-    failure: dict[str, Any] | None
-    attempt_failures: dict[int, dict[str, Any]] = field(default_factory=dict)
-
-
-def _snapshot(run: Run) -> _Snapshot:
-    view, record = run.view, run.record
-    state, ended, attempt = view.state, view.ended, view.attempt
-    history: dict[int, dict[str, Any]] = dict(getattr(view, "attempts", None) or {})
-    if not state.terminal:
-        # A verdict only the backend knows (a supervisor that died without writing events): the
-        # record gets it from Run.status(). Trust it only if it is newer than the latest attempt.
-        try:
-            recorded = RunState(record.state)
-        except ValueError:
-            recorded = RunState.PENDING
-        started = float((history.get(attempt) or {}).get("started") or 0.0)
-        if recorded.terminal and record.ended is not None and record.ended >= started:
-            state, ended = recorded, record.ended
-    failure = view.failure.to_dict() if view.failure is not None else None
-    if state is RunState.FAILED and failure is None and record.failure:
-        failure = dict(record.failure)
-    failures = {int(a): dict(h["failure"]) for a, h in history.items() if isinstance(h, dict) and h.get("failure")}
-    if state is RunState.FAILED and failure is not None:
-        failures.setdefault(attempt, failure)
-    return _Snapshot(state, attempt, ended, failure, failures)
 
 
 class TrackingForwarder:
@@ -107,7 +77,7 @@ class TrackingForwarder:
         self._ledger_path = self._dir / LEDGER_NAME
         self._cv = threading.Condition()
         self._inbox: list[Event] = []
-        self._snap: _Snapshot | None = None
+        self._snap: RunSnapshot | None = None
         self._gen = 0
         self._done_gen = 0
         self._last_ok = True
@@ -130,11 +100,12 @@ class TrackingForwarder:
         self._errors = 0
         self._phase = "connect"
         self._attempts: set[int] = set()
+        self._failures: dict[int, dict[str, Any]] = {}  # each attempt's failure report, from its events
         self._noticed: set[str] = set()
 
     # -- called by the watcher ---------------------------------------------------------------------
     def on_batch(self, batch: Batch) -> None:
-        """Take what the watcher read (after ``run.view`` was updated); never raises, never prints.
+        """Take what the watcher read (after the run folded it); never raises, never prints.
 
         Cheap: filters the batch and wakes the forwarder's thread. The first time the run is seen
         terminal (per attempt and verdict), waits up to ``FINAL_WAIT_S`` for the final flush,
@@ -143,7 +114,7 @@ class TrackingForwarder:
         try:
             if not self.run.spec.tracking:
                 return
-            snap = _snapshot(self.run)
+            snap = self.run.snapshot(refresh=False)  # on the watcher thread, inside its read: no I/O
             with self._cv:
                 if self._closed:
                     return
@@ -252,7 +223,7 @@ class TrackingForwarder:
                 self._release()
                 return
 
-    def _step(self, events: list[Event], snap: _Snapshot | None, *, flush: bool, force: bool) -> bool:
+    def _step(self, events: list[Event], snap: RunSnapshot | None, *, flush: bool, force: bool) -> bool:
         """One round: take the lock if needed, catch up, log what is due, finalize. False on failure.
 
         ``force`` tries now even while backing off after an error (an explicit flush, the run's end,
@@ -296,7 +267,7 @@ class TrackingForwarder:
         self._errors, self._retry_at, self.error = 0, 0.0, None
         return True
 
-    def _unfinished(self, ledger: Ledger, snap: _Snapshot | None) -> bool:
+    def _unfinished(self, ledger: Ledger, snap: RunSnapshot | None) -> bool:
         if ledger.mlflow_run_id is None:
             return True
         if snap is None:
@@ -328,7 +299,7 @@ class TrackingForwarder:
         )
         if self._phase not in self._noticed:
             self._noticed.add(self._phase)
-            self.run.view.notices.append(self.error)
+            self.run.notice(self.error)
 
     # -- lock ---------------------------------------------------------------------------------------
     def _acquire(self) -> bool:
@@ -391,7 +362,7 @@ class TrackingForwarder:
 
     def _read_all(self) -> list[Event]:
         """Every event of rank 0 and the supervisor from the start (a fresh cursor, read to its end)."""
-        cursor = self.run.backend.cursor(self.run.handle)
+        cursor = self.run.cursor()
         out: list[Event] = []
         for _ in range(100_000):
             batch = cursor.poll(max_lines=0)
@@ -403,6 +374,8 @@ class TrackingForwarder:
     def _handle(self, events: list[Event]) -> None:
         for event in events:
             self._attempts.add(event.attempt)
+            if event.kind is EventKind.FAILURE:  # before the marks: reports are uploaded at the end, not logged
+                self._failures[event.attempt] = dict(event.data)
             key = stream_key(event)
             if event.seq <= self._queued.get(key, 0):
                 continue
@@ -453,17 +426,21 @@ class TrackingForwarder:
         self._ledger.finalized = None
         self._ledger.save(self._ledger_path)
 
-    def _finalize(self, snap: _Snapshot) -> None:
+    def _finalize(self, snap: RunSnapshot) -> None:
         done = self._ledger.finalized
         if done and int(done["attempt"]) == snap.attempt and done["state"] == snap.state.value:
             self._release()  # nothing left to do: let another kernel take over a later resume
             return
         assert self._sink is not None and self._ledger.mlflow_run_id is not None
         self._phase = "upload artifacts"
-        known = self._attempts | {snap.attempt} | {int(a.get("attempt", 0)) for a in self.run.record.attempts}
+        known = self._attempts | set(range(snap.attempt + 1))  # attempts are numbered 0, 1, ... with no gaps
+        failure = snap.failure.to_dict() if snap.failure is not None else None
+        failures = dict(self._failures)
+        if snap.state is RunState.FAILED and failure is not None:
+            failures.setdefault(snap.attempt, failure)  # a verdict only the backend knows has no event
         upload_artifacts(
             self._sink, self._ledger.mlflow_run_id, self.run, known_attempts=known, attempt=snap.attempt,
-            state=snap.state, failure=snap.failure, attempt_failures=snap.attempt_failures,
+            state=snap.state, failure=failure, attempt_failures=failures,
             uploaded=self._ledger.uploaded, progress=lambda: self._ledger.save(self._ledger_path),
         )
         self._phase = "set the final status"
