@@ -5,15 +5,28 @@ never rewritten. Each carries a per-source sequence number so a reader that re-r
 after a kernel restart) can deliver every event exactly once. Readers only consume complete lines:
 a line still being written is picked up on the next read.
 
+Where no shared disk exists (Kubernetes pods), events travel inside the rank's stdout instead, next to
+whatever the training code prints. That channel is untrusted (a printed dataset row can contain
+anything), so each event line carries an HMAC-SHA256 tag over its exact JSON text, keyed by a random
+per-attempt key that only the notebook side and the attempt's processes know::
+
+    [rank3]:@@nbtrain-event@@ <64 hex digits: HMAC-SHA256(key, json)> {json}
+
+The marker counts only at the very start of a line (after torchelastic's ``[rankN]:`` prefix); a line
+whose tag does not verify is plain log text, never an event (:func:`parse_stream_line`).
+
 This module travels with the worker runtime: it must import nothing from nbtrain but itself.
 """
 
 from __future__ import annotations
 
 import enum
+import hashlib
+import hmac
 import json
 import os
 import re
+import secrets
 import threading
 import time
 from collections.abc import Iterator
@@ -22,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "EVENT_KEY_BYTES",
     "SCHEMA_VERSION",
     "STREAM_MARKER",
     "Event",
@@ -29,13 +43,22 @@ __all__ = [
     "EventWriter",
     "FileTail",
     "StreamEventWriter",
+    "decode_event_key",
+    "encode_event_key",
+    "event_tag",
+    "new_event_key",
     "parse_line",
     "parse_stream_line",
     "read_events",
+    "stream_event_line",
 ]
 
 STREAM_MARKER = "@@nbtrain-event@@ "
-_RANK_PREFIX = re.compile(r"^\[(?:default)?(\d+)\]:|^\[rank(\d+)\]:")
+EVENT_KEY_BYTES = 32  # HMAC-SHA256 keys: 256 random bits per attempt
+_TAG_HEX = 64  # hex digits of an HMAC-SHA256 tag
+_HEX_TAG = re.compile(r"[0-9a-f]{64}")
+# torchelastic's per-line prefix; a bounded ASCII number (int() refuses numbers of thousands of digits)
+_RANK_PREFIX = re.compile(r"^\[(?:default)?([0-9]{1,9})\]:|^\[rank([0-9]{1,9})\]:")
 
 SCHEMA_VERSION = 1
 
@@ -92,13 +115,16 @@ class Event:
             kind = EventKind(record["kind"])
         except ValueError:
             return None
+        rank = record.get("rank")
+        if rank is not None and (not isinstance(rank, int) or isinstance(rank, bool)):
+            return None  # a global rank is an integer (or absent, for the supervisor)
         return cls(
             kind=kind,
             source=str(record["src"]),
             seq=int(record["seq"]),
             time=float(record["t"]),
             attempt=int(record.get("attempt", 0)),
-            rank=record.get("rank"),
+            rank=rank,
             data=dict(record.get("data") or {}),
         )
 
@@ -155,19 +181,58 @@ class EventWriter:
                 self._fd = -1
 
 
+def new_event_key() -> bytes:
+    """A fresh random per-attempt key for :func:`event_tag` (the notebook side makes one per submit)."""
+    return secrets.token_bytes(EVENT_KEY_BYTES)
+
+
+def encode_event_key(key: bytes) -> str:
+    """The key as text (hex), for an environment variable, a Kubernetes Secret or a file."""
+    return key.hex()
+
+
+def decode_event_key(text: str | bytes | None) -> bytes | None:
+    """The key from :func:`encode_event_key`'s text; None when absent, malformed or too short to be one."""
+    if text is None:
+        return None
+    if isinstance(text, bytes):
+        text = text.decode("ascii", "replace")
+    try:
+        key = bytes.fromhex(text.strip())
+    except ValueError:
+        return None
+    return key if len(key) >= EVENT_KEY_BYTES else None
+
+
+def event_tag(key: bytes, text: str) -> str:
+    """HMAC-SHA256 of ``text`` (an event's exact JSON, UTF-8) under ``key``, as 64 lowercase hex digits."""
+    return hmac.new(key, text.encode("utf-8", "surrogatepass"), hashlib.sha256).hexdigest()
+
+
+def stream_event_line(key: bytes, event: Event) -> str:
+    """``event`` as one authenticated stdout line (no newline): marker, tag, space, JSON."""
+    text = event.to_json()
+    return f"{STREAM_MARKER}{event_tag(key, text)} {text}"
+
+
 class StreamEventWriter:
-    """Writes events of one source as marked lines on a file descriptor (default: stdout).
+    """Writes events of one source as authenticated lines on a file descriptor (default: stdout).
 
     Used where no shared disk exists (Kubernetes pods): the events travel inside the pod log, each as
-    ``@@nbtrain-event@@ {json}`` on its own line, in one ``os.write``. Same ``emit`` contract as
-    :class:`EventWriter`.
+    ``@@nbtrain-event@@ <tag> {json}`` (:func:`stream_event_line`) in one ``os.write``. The write starts
+    with a newline, so the marker begins a line even when the code printed something without one;
+    readers drop the one blank line this leaves before an event (``nbtrain.backends.kubernetes.lines``).
+    Same ``emit`` contract as :class:`EventWriter`. With ``key=None`` (no key was given to the process)
+    nothing is written: an event nobody can authenticate would only be noise in the log.
     """
 
-    def __init__(self, source: str, *, attempt: int = 0, rank: int | None = None, fd: int = 1) -> None:
+    def __init__(self, source: str, *, key: bytes | None, attempt: int = 0, rank: int | None = None,
+                 fd: int = 1) -> None:
         self.source = source
         self.attempt = attempt
         self.rank = rank
         self.fd = fd
+        self._key = key
         self._lock = threading.Lock()
         self._seq = 0
 
@@ -176,29 +241,40 @@ class StreamEventWriter:
         with self._lock:
             self._seq += 1
             event = Event(kind, self.source, self._seq, time.time(), self.attempt, self.rank, data)
-            os.write(self.fd, (STREAM_MARKER + event.to_json() + "\n").encode("utf-8"))
+            if self._key is not None:
+                os.write(self.fd, ("\n" + stream_event_line(self._key, event) + "\n").encode("utf-8", "surrogatepass"))
             return event
 
     def close(self) -> None:
         """Nothing to release (the descriptor belongs to the process)."""
 
 
-def parse_stream_line(line: str) -> tuple[int | None, Event | None, str]:
+def parse_stream_line(line: str, *, key: bytes | None) -> tuple[int | None, Event | None, str]:
     """Split one launcher/pod log line into (rank, event, text).
 
-    ``rank`` comes from torchelastic's line prefix (``[rank3]:`` or ``[default3]:``) when present;
-    ``event`` is set when the line carries a :class:`StreamEventWriter` record; ``text`` is the plain
-    log text without the prefix (what precedes the marker, if any: usually "").
+    ``rank`` comes from torchelastic's line prefix (``[rank3]:``, ``[default3]:`` or ``[3]:``) when
+    present; ``text`` is the line without that prefix. ``event`` is set only when the rest of the line
+    *starts* with :data:`STREAM_MARKER`, followed by a tag that verifies (constant-time) under ``key``
+    over the exact JSON text after it, and that JSON is a known event; ``text`` is then "". Anything
+    else — a marker mid-line, a missing, malformed or wrong tag, tampered JSON, no ``key`` — is text.
     """
     rank: int | None = None
     match = _RANK_PREFIX.match(line)
     if match:
         rank = int(match.group(1) or match.group(2))
         line = line[match.end():]
-    at = line.find(STREAM_MARKER)
-    if at >= 0:  # text before the marker is output the user printed without a newline
-        return rank, _parse(line[at + len(STREAM_MARKER):]), line[:at]
-    return rank, None, line
+    if key is None or not line.startswith(STREAM_MARKER):
+        return rank, None, line
+    body = line[len(STREAM_MARKER):]
+    tag, gap, text = body[:_TAG_HEX], body[_TAG_HEX:_TAG_HEX + 1], body[_TAG_HEX + 1:]
+    if gap != " " or not _HEX_TAG.fullmatch(tag):
+        return rank, None, line
+    if not hmac.compare_digest(event_tag(key, text).encode("ascii"), tag.encode("ascii")):
+        return rank, None, line
+    event = _parse(text)
+    if event is None:
+        return rank, None, line
+    return rank, event, ""
 
 
 def _ends_mid_line(path: Path) -> bool:
@@ -264,7 +340,7 @@ def _parse(line: str) -> Event | None:
         return None
     try:
         return Event.from_json(line)
-    except (ValueError, KeyError, TypeError, AttributeError):
+    except (ValueError, KeyError, TypeError, AttributeError, OverflowError, RecursionError):
         return None
 
 

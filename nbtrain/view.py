@@ -65,6 +65,7 @@ class RunView:
             self.attempt = event.attempt
             self.ranks.clear()
             self.failure = None
+            self.result_b64 = None  # the result is the latest attempt's
         if kind is EventKind.STATE:
             state = RunState(data["state"])
             if data.get("retrying"):  # this attempt failed, the next one is being started
@@ -78,7 +79,10 @@ class RunView:
         elif kind is EventKind.FAILURE:
             self.failure = Failure.from_dict(data)
         elif kind is EventKind.RESULT:
-            self.result_b64 = data.get("pickle_b64")
+            # ``Run.result()`` unpickles this: only rank 0's own result of this attempt counts, once.
+            payload = data.get("pickle_b64")
+            if event.rank == 0 and event.source == "rank-0" and self.result_b64 is None and isinstance(payload, str):
+                self.result_b64 = payload
         elif kind is EventKind.NOTICE:
             message = str(data.get("message", ""))
             if message and message not in self.notices:

@@ -8,6 +8,8 @@ NBTRAIN_RUN_ID            the run id
 NBTRAIN_ATTEMPT           attempt number (0 for the first launch, +1 per restart/resume)
 NBTRAIN_EVENTS_DIR        directory for ``rank-<R>.jsonl`` event files, or
 NBTRAIN_EVENT_STREAM      ``stdout``: events as marked lines in the rank's output (no shared disk)
+NBTRAIN_EVENT_KEY         with ``stdout``: the attempt's event key (hex), which tags every event line
+                          (HMAC-SHA256, see nbtrain.events); read once and removed from ``os.environ``
 NBTRAIN_LOGS_DIR          directory for ``rank-<R>.log`` (stdout+stderr of rank R); optional
 NBTRAIN_RESULT_PATH       where rank 0 writes its pickled result (unset: sent as a RESULT event)
 NBTRAIN_NODE_RANK         this node's index (the launcher's machine rank)
@@ -15,22 +17,28 @@ NBTRAIN_COLLECTIVE_TIMEOUT  seconds before a hung collective fails (process-grou
 NBTRAIN_HEARTBEAT_S       seconds between heartbeats (default 5)
 RANK / LOCAL_RANK / WORLD_SIZE   set by torchrun/accelerate
 ========================  ===================================================================
+
+Events on stdout share the channel with whatever the training code prints, so only lines tagged with
+the key count as events on the notebook side. Without a key (an exported job applied by hand, no
+notebook following it) nothing is reported as events; one line on stderr says so.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nbtrain.events import EventKind, EventWriter, StreamEventWriter
+from nbtrain.events import EventKind, EventWriter, StreamEventWriter, decode_event_key
 
 ENV_RUN_ID = "NBTRAIN_RUN_ID"
 ENV_ATTEMPT = "NBTRAIN_ATTEMPT"
 ENV_EVENTS_DIR = "NBTRAIN_EVENTS_DIR"
 ENV_EVENT_STREAM = "NBTRAIN_EVENT_STREAM"
+ENV_EVENT_KEY = "NBTRAIN_EVENT_KEY"
 ENV_LOGS_DIR = "NBTRAIN_LOGS_DIR"
 ENV_RESULT_PATH = "NBTRAIN_RESULT_PATH"
 ENV_NODE_RANK = "NBTRAIN_NODE_RANK"
@@ -78,7 +86,13 @@ def current() -> WorkerContext | None:
             if to_dir:
                 writer = EventWriter(Path(to_dir) / f"rank-{rank}.jsonl", f"rank-{rank}", attempt=attempt, rank=rank)
             else:
-                writer = StreamEventWriter(f"rank-{rank}", attempt=attempt, rank=rank)
+                # removed from the environment so that code and subprocesses of this rank do not pass it on by
+                # accident (printing os.environ, a library logging its environment)
+                key = decode_event_key(os.environ.pop(ENV_EVENT_KEY, None))
+                if key is None:
+                    sys.stderr.write(f"[nbtrain] rank {rank}: no {ENV_EVENT_KEY} (or not a valid key): events "
+                                     "(metrics, errors, the result) are not reported on stdout\n")
+                writer = StreamEventWriter(f"rank-{rank}", key=key, attempt=attempt, rank=rank)
             result = os.environ.get(ENV_RESULT_PATH)
             _current = WorkerContext(
                 run_id=os.environ[ENV_RUN_ID],

@@ -4,12 +4,23 @@
 reports travels in its pods' logs and is mirrored into the store by a :class:`~.mirror.Mirror`
 running in whichever process watches the run, so ``logs()``, ``attach`` and ``Run.result()`` keep
 working after the pods are gone. See :class:`nbtrain.backends.base.Backend` for the contracts.
+
+The event key of an attempt (what tells the pods' event lines from text they print): ``submit`` makes it,
+keeps it in the attempt directory (``event.key``, 0600; the store is trusted) and sends it to the cluster
+only inside the Secret it creates with the workload (owned by it); the pods read it by ``secretKeyRef``.
+A mirror reads it from the store, or from the Secret when the file is missing (attach from another
+machine). It is never in a plan, a printed or written manifest, a log or the bundle.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
+import functools
+import json
 import threading
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -20,14 +31,16 @@ from nbtrain.backends.kubernetes import manifests as mf
 from nbtrain.backends.kubernetes import names as nm
 from nbtrain.backends.kubernetes.api import KubeApi, kubeconfig_namespace
 from nbtrain.backends.kubernetes.config import KubeOptions
-from nbtrain.backends.kubernetes.files import AttemptFiles
+from nbtrain.backends.kubernetes.errors import KubeApiError, api_error
+from nbtrain.backends.kubernetes.files import KEY_FILE, AttemptFiles
 from nbtrain.backends.kubernetes.mirror import Mirror, Target
 from nbtrain.backends.kubernetes.payload import build_payload
-from nbtrain.backends.kubernetes.pod import PodInputs
+from nbtrain.backends.kubernetes.pod import EVENT_KEY_FIELD, PodInputs
 from nbtrain.backends.kubernetes.podstate import parse_time
 from nbtrain.backends.kubernetes.validate import check_spec
 from nbtrain.backends.storecursor import StoreCursor
 from nbtrain.errors import BackendError, NbtrainError, SpecError
+from nbtrain.events import decode_event_key, encode_event_key, new_event_key
 from nbtrain.model import Batch, Failure, RunState, RunStatus
 from nbtrain.runtime.shipping import runtime_files
 from nbtrain.spec import Device, JobSpec
@@ -102,10 +115,11 @@ class KubernetesBackend(StoreBackedBackend):
             notices.append(f"queued through Kueue (queue {spec.queue}): the pods start when the whole gang is admitted")
         names = nm.object_names(run_id, flavor=spec.flavor, nodes=spec.nodes, attempt=attempt)
         payload = build_payload(bundle_dir, runtime_files())
+        secret = mf.event_key_secret_name(names.base)
         inputs = PodInputs(
             run_id=run_id, attempt=attempt, image=image, use_gpu=use_gpu, flavor=spec.flavor,
             main_address=names.main_address, configmap=names.configmap, payload=payload,
-            labels=mf.labels_for(run_id, attempt), options=options,
+            labels=mf.labels_for(run_id, attempt), options=options, event_key_secret=secret,
         )
         objects = mf.build_objects(spec, names=names, namespace=namespace, inputs=inputs, bundle_digest=bundle_digest)
         workload = mf.WORKLOAD_KINDS[spec.flavor]
@@ -116,6 +130,7 @@ class KubernetesBackend(StoreBackedBackend):
             f"device:    {device}",
             f"rendezvous: {names.main_address}:{options.port}",
             f"bundle:    ConfigMap {names.configmap}, {payload.size / 1024:.0f} KiB (bundle + nbtrain runtime)",
+            f"events:    pod stdout lines tagged with a per-attempt key, made at submit, in Secret {secret}",
             "manifests (applied in this order):",
             mf.describe(objects),
         ])
@@ -134,6 +149,7 @@ class KubernetesBackend(StoreBackedBackend):
             "timeout_s": spec.timeout_s,
             "use_gpu": use_gpu,
             "objects": objects,
+            "event_key_secret": secret,
             "attempt_dir": str(self.store.attempt_dir(run_id, attempt)),
             "notices": notices,
             "describe": describe,
@@ -144,40 +160,84 @@ class KubernetesBackend(StoreBackedBackend):
     def submit(self, plan: Plan, *, dry_run: bool = False) -> RunHandle:
         """Create the workload, then what it owns (ownerReferences from its uid); start following it.
 
-        If an owned object cannot be created, the workload is deleted again and the error raised.
-        ``dry_run``: a server-side dry run with strict field validation (nothing is created).
+        A fresh event key is made first and kept in the attempt directory (``event.key``, 0600); the
+        event-key Secret is created with it in its data, right after the workload. ``manifests.yaml``
+        records what was created, the Secret without its data. If an owned object cannot be created, the
+        workload is deleted again (its owned objects go with it) and the error raised.
+        ``dry_run``: a server-side dry run with strict field validation (nothing is created, no key made).
         """
         request = plan.request
         api = self.api(request["context"])
         namespace = request["namespace"]
         objects: list[dict[str, Any]] = list(request["objects"])
-        created = api.create(objects[0], namespace, dry_run=dry_run)
+        root = Path(request["attempt_dir"])
+        key = None if dry_run else new_event_key()
+        if key is not None:
+            AttemptFiles(root).write_key(key)  # before any pod can exist: whoever follows the run finds it
+        try:
+            created = api.create(objects[0], namespace, dry_run=dry_run)
+        except NbtrainError:
+            _forget_key(root, key)
+            raise
         owner = {**created, "apiVersion": objects[0]["apiVersion"], "kind": objects[0]["kind"]}
         owner.setdefault("metadata", {}).setdefault("uid", "dry-run")
         applied = [objects[0]]
         try:
             for obj in objects[1:]:
                 owned = mf.owned_by(obj, owner)
-                api.create(owned, namespace, dry_run=dry_run)
-                applied.append(owned)
+                if owned["kind"] == "Secret":
+                    _create_secret(api, mf.with_event_key(owned, key) if key is not None else owned, namespace,
+                                   dry_run=dry_run, key=key)
+                else:
+                    api.create(owned, namespace, dry_run=dry_run)
+                applied.append(mf.redacted(owned))
         except NbtrainError:
             if not dry_run:
                 try:
                     api.delete(request["kind"], request["name"], namespace)
                 except NbtrainError:
                     pass  # the original error is the one to report
+                _forget_key(root, key)
             raise
         data = {k: request[k] for k in ("attempt", "namespace", "context", "flavor", "kind", "name", "nodes",
                                          "procs", "world_size", "queue", "timeout_s", "notices")}
         data["uid"] = owner["metadata"].get("uid")
+        data["event_key_secret"] = request.get("event_key_secret")
         handle = RunHandle(self.name, plan.run_id, data)
         if dry_run:
             return handle
-        root = Path(request["attempt_dir"])
         root.mkdir(parents=True, exist_ok=True)
         (root / "manifests.yaml").write_text(yaml.safe_dump_all(applied, sort_keys=False), encoding="utf-8")
         self._mirror(handle)
         return handle
+
+    def event_key(self, handle: RunHandle) -> bytes:
+        """The event key of ``handle``'s attempt: from the store, else from its Secret (then kept in the store).
+
+        Raises NbtrainError saying why when neither has it (a run submitted before event keys existed, or a
+        Secret that went with its workload while no process followed the run).
+        """
+        files = AttemptFiles(self._root(handle))
+        key = files.read_key()
+        if key is not None:
+            return key
+        name = handle.data.get("event_key_secret")
+        if not name:
+            raise NbtrainError(f"run {handle.run_id} was submitted without an event key (by an older nbtrain)")
+        namespace = str(handle.data["namespace"])
+        secret = _read_secret(self.api(handle.data.get("context")), str(name), namespace)
+        if secret is None:
+            raise NbtrainError(
+                f"{files.root / KEY_FILE} is missing and Secret {name} in namespace {namespace} no longer exists "
+                "(it is deleted with the workload)")
+        try:
+            key = decode_event_key(base64.b64decode((secret.get("data") or {}).get(EVENT_KEY_FIELD) or ""))
+        except (binascii.Error, ValueError):
+            key = None
+        if key is None:
+            raise NbtrainError(f"Secret {name} in namespace {namespace} has no valid {EVENT_KEY_FIELD!r}")
+        files.write_key(key)
+        return key
 
     def _target(self, handle: RunHandle, attempt: int | None = None) -> Target:
         d = handle.data
@@ -203,7 +263,7 @@ class KubernetesBackend(StoreBackedBackend):
             if _terminal(AttemptFiles(root).read_status()):
                 return None
             mirror = Mirror(self.api(handle.data.get("context")), self._target(handle), root,
-                            log_streams=self.options.log_streams)
+                            event_key=functools.partial(self.event_key, handle), log_streams=self.options.log_streams)
             if not mirror.start():
                 return None  # another process mirrors this run
             _mirrors[root] = mirror
@@ -291,6 +351,66 @@ class KubernetesBackend(StoreBackedBackend):
                     "nodes": int(spec.get("completions") or 1), "procs": 1, "uid": meta.get("uid")}
             handles.append((parse_time(meta.get("creationTimestamp")) or 0.0, RunHandle(self.name, run_id, data)))
         return [h for _, h in sorted(handles, key=lambda x: x[0], reverse=True)]
+
+
+def _forget_key(root: Path, key: bytes | None) -> None:
+    """Remove the key file of a submit that failed (nothing on the cluster uses it)."""
+    if key is not None:
+        (root / KEY_FILE).unlink(missing_ok=True)
+
+
+# -- Secrets -------------------------------------------------------------------------------------------
+# KubeApi (api.py, the one I/O module) does not know Secrets yet; until it does (create and get of kind
+# "Secret" through core/v1, errors through errors.api_error), these two calls make the same requests with
+# the same error mapping. Messages never carry the key: the request body is never quoted.
+
+def _create_secret(api: KubeApi, obj: Mapping[str, Any], namespace: str, *, dry_run: bool, key: bytes | None) -> None:
+    """Create the event-key Secret ``obj`` (``dry_run``: server-side, strict)."""
+    extra: dict[str, Any] = {"_preload_content": False, "_request_timeout": (10.0, 60)}
+    if dry_run:
+        extra.update(dry_run="All", field_validation="Strict")
+    name = str(obj["metadata"]["name"])
+    _secret_call(api, "create", namespace, name, key,
+                 lambda core: core.create_namespaced_secret(namespace, dict(obj), **extra))
+
+
+def _read_secret(api: KubeApi, name: str, namespace: str) -> dict[str, Any] | None:
+    """The Secret ``name``, or None when it does not exist."""
+    try:
+        response = _secret_call(api, "get", namespace, name, None, lambda core: core.read_namespaced_secret(
+            name, namespace, _preload_content=False, _request_timeout=(10.0, 30)))
+    except KubeApiError as error:
+        if error.status == 404:
+            return None
+        raise
+    data = response.data if hasattr(response, "data") else response
+    result = json.loads(data) if isinstance(data, (bytes, str)) else data
+    return result if isinstance(result, dict) else None
+
+
+def _secret_call(api: KubeApi, verb: str, namespace: str, name: str, key: bytes | None,
+                 call: Callable[[Any], Any]) -> Any:
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        return call(client.CoreV1Api(api._api_client()))
+    except ApiException as error:
+        body = error.body
+        if key is not None and body:
+            secret = encode_event_key(key)
+            text = body.decode("utf-8", "replace") if isinstance(body, bytes) else str(body)
+            body = text.replace(secret, "<event key>").replace(
+                base64.b64encode(secret.encode("ascii")).decode("ascii"), "<event key>")
+        raise api_error(error.status, body, verb=verb, resource="secrets", namespace=namespace, name=name,
+                        server=api.server) from None
+    except NbtrainError:
+        raise
+    except Exception as error:  # noqa: BLE001 - named by type only: a client-side message could quote the body
+        raise KubeApiError(
+            f"could not {verb} Secret {name!r} in namespace {namespace!r} at {api.server or 'the API server'}: "
+            f"{type(error).__name__}. Check the cluster and your kubeconfig (KUBECONFIG, NBTRAIN_K8S_CONTEXT)."
+        ) from None
 
 
 def _terminal(data: dict[str, Any] | None) -> bool:

@@ -9,6 +9,8 @@
     attempts/<n>/status.json              the latest state, and the verdict once the run ended
     attempts/<n>/mirror.lock              held by the one process that mirrors (flock)
     attempts/<n>/cancel.request           cancel was asked for (a verdict of CANCELLED follows)
+    attempts/<n>/event.key                the attempt's event key (hex, mode 0600): what tells the pods' event
+                                          lines from printed text; the store is trusted, the pod log is not
 
 Like everything in the store, the directory is private to its user: directories 0700, files 0600.
 
@@ -29,10 +31,12 @@ from typing import Any
 
 from nbtrain.backends.kubernetes.lines import Record
 from nbtrain.backends.storecursor import tail_lines
-from nbtrain.events import Event, read_events
+from nbtrain.events import Event, decode_event_key, encode_event_key, read_events
 from nbtrain.store import PRIVATE_FILE, private_dir, read_json
 
-__all__ = ["AttemptFiles", "tail_lines"]
+__all__ = ["KEY_FILE", "AttemptFiles", "tail_lines"]
+
+KEY_FILE = "event.key"
 
 
 def _write_json(path: Path, data: Any) -> None:
@@ -80,6 +84,30 @@ class AttemptFiles:
             if self._lock_fd >= 0:
                 os.close(self._lock_fd)
                 self._lock_fd = -1
+
+    # -- the event key --------------------------------------------------------------------------
+    def write_key(self, key: bytes) -> None:
+        """Keep the attempt's event key in ``event.key``, readable by this user only (0600, replaced atomically)."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        tmp = self.root / f".{KEY_FILE}.{os.getpid()}.{threading.get_ident()}"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        try:
+            os.fchmod(fd, 0o600)  # whatever the umask
+            os.write(fd, (encode_event_key(key) + "\n").encode("ascii"))
+        finally:
+            os.close(fd)
+        os.replace(tmp, self.root / KEY_FILE)
+
+    def read_key(self) -> bytes | None:
+        """The key :meth:`write_key` kept, or None (no file, or not a key)."""
+        try:
+            fd = os.open(self.root / KEY_FILE, os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError:
+            return None
+        try:
+            return decode_event_key(os.read(fd, 4096))
+        finally:
+            os.close(fd)
 
     # -- state ----------------------------------------------------------------------------------
     def load(self) -> list[Event]:

@@ -1,9 +1,15 @@
 """What a run creates on the cluster, per flavor, as plain API objects (pure; no I/O, no client import).
 
 ``build_objects`` returns the objects in creation order: the workload (Job, PyTorchJob or JobSet)
-first, then what it owns (ConfigMap, and the headless Service for the Job flavor). Owned objects get
-their ``ownerReferences`` at submit time, from the workload's uid (:func:`owned_by`), so deleting the
-workload garbage-collects them. Field names are the API's; quantities are strings.
+first, then what it owns (the event-key Secret, the ConfigMap, and the headless Service for the Job
+flavor). Owned objects get their ``ownerReferences`` at submit time, from the workload's uid
+(:func:`owned_by`), so deleting the workload garbage-collects them. Field names are the API's;
+quantities are strings.
+
+The event-key Secret is built without its data: the key is made at submit and put in only on the
+object sent to the API (:func:`with_event_key`), so no plan, ``--dry-run`` output, exported manifest or
+``manifests.yaml`` holds it (:func:`redacted`). It comes before the ConfigMap, so it exists before any pod
+can start (pods wait for their ConfigMap volume).
 
 Job flavor (any cluster >= 1.30): an Indexed Job (completions = parallelism = nodes) is not a gang by
 itself, so any non-zero exit of the trainer container fails the whole Job (podFailurePolicy FailJob),
@@ -14,6 +20,7 @@ replacement pod could not rejoin a static rendezvous anyway.
 
 from __future__ import annotations
 
+import base64
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -22,10 +29,14 @@ from typing import Any
 import yaml
 
 from nbtrain.backends.kubernetes import names as nm
-from nbtrain.backends.kubernetes.pod import PodInputs, container_name, pod_template
+from nbtrain.backends.kubernetes.pod import EVENT_KEY_FIELD, PodInputs, container_name, pod_template
+from nbtrain.events import encode_event_key
 from nbtrain.spec import JobSpec
 
-__all__ = ["KUEUE_QUEUE_LABEL", "WORKLOAD_KINDS", "Workload", "build_objects", "describe", "owned_by"]
+__all__ = [
+    "KUEUE_QUEUE_LABEL", "WORKLOAD_KINDS", "Workload", "build_objects", "describe", "event_key_secret_name",
+    "owned_by", "redacted", "with_event_key",
+]
 
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 
@@ -62,6 +73,26 @@ def labels_for(run_id: str, attempt: int) -> dict[str, str]:
         nm.LABEL_RUN_ID: nm.dns_label(run_id),
         nm.LABEL_ATTEMPT: str(attempt),
     }
+
+
+def event_key_secret_name(base: str) -> str:
+    """The name of the Secret that holds the event key of the attempt whose workload is ``base``."""
+    return nm.dns_label(f"{base}-event-key")
+
+
+def with_event_key(secret: Mapping[str, Any], key: bytes) -> dict[str, Any]:
+    """A copy of the event-key Secret ``secret`` with ``key`` in its data (only ever sent to the API)."""
+    text = encode_event_key(key).encode("ascii")
+    return {**secret, "data": {EVENT_KEY_FIELD: base64.b64encode(text).decode("ascii")}}
+
+
+def redacted(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """``obj`` as it may be written or printed: a Secret without its data."""
+    out = dict(obj)
+    if out.get("kind") == "Secret":
+        out.pop("data", None)
+        out.pop("stringData", None)
+    return out
 
 
 def _metadata(name: str, namespace: str, labels: Mapping[str, str], annotations: Mapping[str, str]) -> dict[str, Any]:
@@ -112,6 +143,13 @@ def build_objects(
         configmap["data"] = dict(inputs.payload.data)
     if inputs.payload.binary_data:
         configmap["binaryData"] = dict(inputs.payload.binary_data)
+    secret: dict[str, Any] = {  # without data: see the module docstring
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": _metadata(inputs.event_key_secret, namespace, labels, annotations),
+        "type": "Opaque",
+        "immutable": True,
+    }
 
     if spec.flavor == "pytorchjob":
         template = pod_template(spec, inputs, subdomain=None)
@@ -129,7 +167,7 @@ def build_objects(
             "metadata": _metadata(names.base, namespace, workload_labels, annotations),
             "spec": {"nprocPerNode": str(spec.procs), "runPolicy": run_policy, "pytorchReplicaSpecs": replicas},
         }
-        return [workload, configmap]
+        return [workload, secret, configmap]
 
     if spec.flavor == "jobset":
         template = pod_template(spec, inputs, subdomain=None)  # JobSet sets the subdomain itself
@@ -153,7 +191,7 @@ def build_objects(
             "metadata": _metadata(names.base, namespace, workload_labels, annotations),
             "spec": jobset_spec,
         }
-        return [workload, configmap]
+        return [workload, secret, configmap]
 
     template = pod_template(spec, inputs, subdomain=names.service)
     workload = {
@@ -174,7 +212,7 @@ def build_objects(
                        "protocol": "TCP"}],
         },
     }
-    return [workload, configmap, service]
+    return [workload, secret, configmap, service]
 
 
 def owned_by(obj: Mapping[str, Any], owner: Mapping[str, Any]) -> dict[str, Any]:
@@ -201,13 +239,16 @@ def _abridged(obj: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def describe(objects: list[dict[str, Any]]) -> str:
-    """The YAML of ``objects`` as ``--dry-run`` prints it (ConfigMap file contents abridged)."""
+    """The YAML of ``objects`` as ``--dry-run`` prints it (ConfigMap file contents abridged, no Secret data)."""
     docs = []
     for obj in objects:
-        shown = _abridged(obj) if obj.get("kind") == "ConfigMap" else obj
+        shown = _abridged(obj) if obj.get("kind") == "ConfigMap" else redacted(obj)
         head = ""
         if obj is not objects[0]:
             head = (f"# ownerReferences -> {objects[0]['kind']} {objects[0]['metadata']['name']} "
                     "(added at submit, from its uid)\n")
+        if obj.get("kind") == "Secret":
+            head += (f"# data.{EVENT_KEY_FIELD}: a fresh random event key, made at submit and sent only to the API "
+                     "(the pods tag their event lines with it)\n")
         docs.append(head + yaml.safe_dump(shown, sort_keys=False, default_flow_style=False, width=120))
     return "---\n" + "---\n".join(docs)

@@ -11,6 +11,10 @@ the run has a verdict and its logs are copied. Its threads:
   and skips the lines already copied (counted per pod in mirror.json), so no line is lost or repeated;
 - a coordinator that turns what the watches show into STATE/NOTICE events and, once the workload
   has ended and the logs are drained (or ``DRAIN_S`` passed), the verdict (with the first failure).
+
+Pod logs are untrusted (the training code prints its data): a log line is an event only if it carries a
+valid tag under the attempt's event key (see :mod:`.lines`). The key comes from ``event_key``, called
+once the lock is held; without it every line stays log text and a NOTICE says why.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from nbtrain.backends.kubernetes import names as nm
 from nbtrain.backends.kubernetes.api import KubeApi, Stream, watch_until
 from nbtrain.backends.kubernetes.errors import KubeApiError
 from nbtrain.backends.kubernetes.files import AttemptFiles, tail_lines
-from nbtrain.backends.kubernetes.lines import LineSplitter
+from nbtrain.backends.kubernetes.lines import Expect, LineSplitter
 from nbtrain.backends.kubernetes.pod import container_name
 from nbtrain.backends.kubernetes.podstate import (
     Live,
@@ -75,9 +79,12 @@ class _Follower:
 class Mirror:
     """See the module docstring. Create, then :meth:`start` (False: another process mirrors)."""
 
-    def __init__(self, api: KubeApi, target: Target, root: Path, *, log_streams: int = 8) -> None:
+    def __init__(self, api: KubeApi, target: Target, root: Path, *, event_key: Callable[[], bytes],
+                 log_streams: int = 8) -> None:
         self.api = api
         self.t = target
+        self._event_key = event_key  # raises NbtrainError (saying why) when the key cannot be had
+        self.expect = Expect(None, target.attempt, target.world)
         self.files = AttemptFiles(root)
         self.log_streams = max(1, log_streams)
         self.container = container_name(target.flavor)
@@ -125,6 +132,12 @@ class Mirror:
             self.started = time.time()
             for notice in self.t.notices:
                 self._notice(notice)
+        try:
+            self.expect = Expect(self._event_key(), self.t.attempt, self.t.world)
+        except NbtrainError as error:
+            self._notice(f"nbtrain has no event key for attempt {self.t.attempt} of run {self.t.run_id} ({error}): "
+                         "the pods' event lines cannot be authenticated, so they stay log text and this run's "
+                         "metrics, rank errors and result are not known here")
         loops: list[tuple[str, Callable[[], None]]] = [
             ("pods", lambda: self._watch_loop("Pod", self._on_pods_list, self._on_pod_event, label=self.t.selector)),
             ("owner", lambda: self._watch_loop(self.t.kind, self._on_owner_list, self._on_owner_event,
@@ -454,7 +467,7 @@ class Mirror:
             obj = self.pods[uid]
         info = self._info(obj)
         entry = self.files.position(uid, info.name, info.node)
-        splitter = LineSplitter()
+        splitter = LineSplitter(self.expect)
         backoff = 0.2
         while not self._stop.is_set() and not me.stop.is_set():
             stream: Stream | None = None

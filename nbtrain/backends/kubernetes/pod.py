@@ -6,7 +6,9 @@ What the pod gets and why:
   with ``--tee 3`` and ``TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE=[rank${rank}]:`` so each line of the
   pod log carries its global rank (``$(VAR)`` is Kubernetes' own expansion, ``${rank}`` torchelastic's);
 - the bundle and the runtime from the ConfigMap (``PYTHONPATH`` points at the runtime, so images without
-  nbtrain work), events as marked stdout lines (``NBTRAIN_EVENT_STREAM=stdout``; no shared disk);
+  nbtrain work), events as tagged stdout lines (``NBTRAIN_EVENT_STREAM=stdout``; no shared disk), keyed by
+  the attempt's event key from its Secret (``NBTRAIN_EVENT_KEY`` by ``secretKeyRef``, never a value in the
+  manifest; ``optional`` so that exported manifests applied by hand start without one);
 - ``NBTRAIN_RUN_ID`` in the environment of every process of the gang;
 - GPUs as ``nvidia.com/gpu`` limits (strings) and NCCL (no ``ACCELERATE_USE_CPU``, no
   ``CUDA_VISIBLE_DEVICES``: the device plugin assigns the GPUs), or CPU mode over gloo;
@@ -27,7 +29,7 @@ from nbtrain.backends.launch import LaunchTarget, accelerate_argv, device_env
 from nbtrain.runtime import context as rt
 from nbtrain.spec import JobSpec
 
-__all__ = ["CONTAINER", "PodInputs", "container_name", "pod_template"]
+__all__ = ["CONTAINER", "EVENT_KEY_FIELD", "PodInputs", "container_name", "pod_template"]
 
 CONTAINER = "trainer"
 PYTORCHJOB_CONTAINER = "pytorch"  # the training operator requires this name
@@ -35,6 +37,7 @@ PYTORCHJOB_PORT_NAME = "pytorchjob-port"
 LINE_PREFIX = "[rank${rank}]:"
 TEE_LOG_DIR = "/tmp/nbtrain-elastic"
 COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
+EVENT_KEY_FIELD = "event-key"  # the key of the event key in its Secret's data
 
 
 def container_name(flavor: str) -> str:
@@ -61,6 +64,7 @@ class PodInputs:
     payload: Payload
     labels: dict[str, str]
     options: KubeOptions
+    event_key_secret: str  # the Secret that holds the attempt's event key (filled in at submit)
 
 
 def launcher_argv(spec: JobSpec, inputs: PodInputs) -> list[str]:
@@ -78,6 +82,8 @@ def _env(spec: JobSpec, inputs: PodInputs) -> list[dict[str, Any]]:
         {"name": rt.ENV_RUN_ID, "value": inputs.run_id},
         {"name": rt.ENV_ATTEMPT, "value": str(inputs.attempt)},
         {"name": rt.ENV_EVENT_STREAM, "value": "stdout"},
+        {"name": rt.ENV_EVENT_KEY, "valueFrom": {"secretKeyRef": {
+            "name": inputs.event_key_secret, "key": EVENT_KEY_FIELD, "optional": True}}},
         {"name": rt.ENV_COLLECTIVE_TIMEOUT, "value": f"{spec.collective_timeout_s:g}"},
     ]
     if inputs.flavor != "pytorchjob":  # the operator sets RANK to the node index instead
@@ -103,6 +109,8 @@ def _env(spec: JobSpec, inputs: PodInputs) -> list[dict[str, Any]]:
     names = {e["name"] for e in env}
     env += [{"name": k, "value": _escape(v)} for k, v in sorted(spec.env.items()) if k not in names]
     for name, ref in sorted(spec.secret_env.items()):
+        if name in names:
+            continue  # nbtrain's own variables (the event key among them) are not the user's to replace
         secret, _, key = ref.partition("/")
         env.append({"name": name, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}})
     return env

@@ -7,7 +7,8 @@ with propagation (Foreground/Background delete the pods; Orphan leaves them) and
 of objects whose ownerReferences point at a deleted owner.
 
 Kubelet: each pod's command runs as a local process with the pod's environment (``value``,
-``fieldRef``, ``secretKeyRef``; ``$(VAR)`` expansion; HOSTNAME; JOB_COMPLETION_INDEX), its ConfigMap
+``fieldRef``, ``secretKeyRef`` — from Secret objects created through the API, or ``secrets`` preset by a
+test; ``optional`` honoured; ``$(VAR)`` expansion; HOSTNAME; JOB_COMPLETION_INDEX), its ConfigMap
 volumes written out as files, emptyDirs as directories (mount paths rewritten to them), and DNS
 names of pods under a headless Service mapped to 127.0.0.1. Its merged stdout/stderr is the pod log.
 Every process of a pod carries ``FAKE_POD_UID`` so deleting the pod ends all of them, as a container
@@ -195,7 +196,7 @@ class FakeCluster:
         if owner is None:
             return
         uid = owner["metadata"]["uid"]
-        for kind in ("pods", "services", "configmaps"):
+        for kind in ("pods", "services", "configmaps", "secrets"):
             for obj in list(self.store.items(kind, namespace)):
                 refs = obj["metadata"].get("ownerReferences") or []
                 if not any(r.get("uid") == uid for r in refs):
@@ -464,9 +465,13 @@ class FakeCluster:
                     env[item["name"]] = str(meta.get(path.split(".")[-1], ""))
             elif "secretKeyRef" in source:
                 ref = source["secretKeyRef"]
-                secret = self.secrets.get((ns, ref["name"]))
+                secret = self._secret(ns, ref["name"])
                 if secret is None or ref["key"] not in secret:
-                    return f'secret "{ref["name"]}" not found'
+                    if ref.get("optional"):
+                        continue  # an optional reference that does not resolve leaves the variable unset
+                    if secret is None:
+                        return f'secret "{ref["name"]}" not found'
+                    return f'couldn\'t find key {ref["key"]} in Secret {ns}/{ref["name"]}'
                 env[item["name"]] = secret[ref["key"]]
         if "batch.kubernetes.io/job-completion-index" in annotations:
             env["JOB_COMPLETION_INDEX"] = annotations["batch.kubernetes.io/job-completion-index"]
@@ -499,6 +504,15 @@ class FakeCluster:
         env = {k: rewrite(v) for k, v in env.items()}
         cwd = rewrite(container.get("workingDir") or str(root))
         return argv, env, cwd
+
+    def _secret(self, ns: str, name: str) -> dict[str, str] | None:
+        """A Secret's decoded data: the object created through the API, else one preset in ``secrets``."""
+        obj = self.store.find("secrets", ns, name)
+        if obj is None:
+            return self.secrets.get((ns, name))
+        data = {k: base64.b64decode(v).decode("utf-8", "replace") for k, v in (obj.get("data") or {}).items()}
+        data.update(obj.get("stringData") or {})
+        return data
 
     def _headless_services(self, ns: str) -> list[str]:
         return [svc["metadata"]["name"] for svc in self.store.items("services", ns)

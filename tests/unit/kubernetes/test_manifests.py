@@ -95,14 +95,15 @@ def test_the_official_client_accepts_every_builtin_object(make_plan: MakePlan, f
     """kubernetes client 37 validates bodies client-side (pydantic): quantities as strings, no unknown fields."""
     from kubernetes import client
 
-    models = {"Job": client.V1Job, "Service": client.V1Service, "ConfigMap": client.V1ConfigMap}
+    models = {"Job": client.V1Job, "Service": client.V1Service, "ConfigMap": client.V1ConfigMap,
+              "Secret": client.V1Secret}
     for obj in make_plan(flavor=flavor, **full_spec()).request["objects"]:
         if obj["kind"] in models:
             models[obj["kind"]].model_validate(obj)
 
 
 def test_indexed_job_is_a_gang(make_plan: MakePlan) -> None:
-    job, _configmap, service = make_plan(**full_spec(queue=None)).request["objects"]
+    job, _secret, _configmap, service = make_plan(**full_spec(queue=None)).request["objects"]
     spec = job["spec"]
     assert spec["completionMode"] == "Indexed"
     assert spec["completions"] == spec["parallelism"] == 3
@@ -218,7 +219,40 @@ def test_secrets_only_by_reference(make_plan: MakePlan, flavor: str) -> None:
     env = pod_specs(plan.request["objects"][0])[0]["containers"][0]["env"]
     (hf,) = [e for e in env if e["name"] == "HF_TOKEN"]
     assert hf == {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf-credentials", "key": "token"}}}
-    assert not any(o["kind"] == "Secret" for o in plan.request["objects"])
+    # the one Secret in a plan is nbtrain's own event-key Secret, and it has no data: the key is made at submit
+    (own,) = [o for o in plan.request["objects"] if o["kind"] == "Secret"]
+    assert "data" not in own and "stringData" not in own
+    assert own["metadata"]["name"] == plan.request["event_key_secret"]
+    (key,) = [e for e in env if e["name"] == "NBTRAIN_EVENT_KEY"]
+    assert key == {"name": "NBTRAIN_EVENT_KEY", "valueFrom": {"secretKeyRef": {
+        "name": own["metadata"]["name"], "key": "event-key", "optional": True}}}
+
+
+def test_the_event_key_goes_only_into_the_secret_sent_to_the_api_and_never_into_what_is_shown(
+    make_plan: MakePlan,
+) -> None:
+    import base64
+
+    from nbtrain.backends.kubernetes.manifests import describe, redacted, with_event_key
+
+    plan = make_plan(**full_spec())
+    secret = next(o for o in plan.request["objects"] if o["kind"] == "Secret")
+    key = bytes(range(32))
+    sent = with_event_key(secret, key)
+    assert base64.b64decode(sent["data"]["event-key"]).decode() == key.hex()
+    assert "data" not in secret  # the plan's object is untouched
+    assert redacted(sent) == secret
+    shown = describe([plan.request["objects"][0], sent])
+    assert key.hex() not in shown and sent["data"]["event-key"] not in shown
+    assert "made at submit" in shown
+    assert redacted({"kind": "ConfigMap", "data": {"a": "b"}}) == {"kind": "ConfigMap", "data": {"a": "b"}}
+
+
+def test_a_secret_env_cannot_replace_nbtrains_own_variables(make_plan: MakePlan) -> None:
+    plan = make_plan(secret_env={"NBTRAIN_EVENT_KEY": "mine/key"})
+    env = pod_specs(plan.request["objects"][0])[0]["containers"][0]["env"]
+    (key,) = [e for e in env if e["name"] == "NBTRAIN_EVENT_KEY"]
+    assert key["valueFrom"]["secretKeyRef"]["name"] == plan.request["event_key_secret"]
 
 
 def test_a_secret_looking_env_value_is_refused_before_it_lands_in_a_manifest(make_plan: MakePlan) -> None:
@@ -269,7 +303,7 @@ def test_pod_command_parses_with_accelerates_own_parser_and_prefixes_ranks(make_
 
 
 def test_the_configmap_carries_bundle_and_runtime_and_too_big_is_refused(make_plan: MakePlan, tmp_path: Any) -> None:
-    job, configmap, _ = make_plan().request["objects"]
+    job, _secret, configmap, _ = make_plan().request["objects"]
     items = {i["path"]: i["key"] for i in job["spec"]["template"]["spec"]["volumes"][0]["configMap"]["items"]}
     assert "bundle/main.py" in items and "bundle/manifest.json" in items
     assert "runtime/nbtrain/runtime/worker.py" in items and "runtime/nbtrain/events.py" in items
@@ -309,7 +343,9 @@ def test_dry_run_describe_is_the_yaml_of_every_object(make_plan: MakePlan) -> No
     plan = make_plan(flavor="job", **full_spec())
     text = plan.render()
     docs = [d for d in yaml.safe_load_all(text.split("manifests (applied in this order):\n", 1)[1]) if d]
-    assert [d["kind"] for d in docs] == ["Job", "ConfigMap", "Service"]
+    assert [d["kind"] for d in docs] == ["Job", "Secret", "ConfigMap", "Service"]
     assert docs[0] == plan.request["objects"][0]
-    assert docs[2] == plan.request["objects"][2]
+    assert docs[1] == plan.request["objects"][1]  # the event-key Secret, without data
+    assert docs[3] == plan.request["objects"][3]
+    assert f"Secret {plan.request['event_key_secret']}" in text
     assert "GPU: nvidia.com/gpu 8 per pod (NCCL)" in text and "namespace default" in text
