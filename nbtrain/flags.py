@@ -164,6 +164,14 @@ OPTIONS: tuple[Option, ...] = (
     _o("--collective-timeout", "float", "Seconds before a hung collective fails the gang (torch's own is 30 min; "
        "at most 24 hours).", field="collective_timeout_s", toml="job.collective_timeout_s", backends=_LAUNCH,
        metavar="SECONDS"),
+    _o("--stall-after", "float", "Report the gang stalled when a rank (or all) made no progress (step, metric, "
+       "collective) for this long, and dump every thread's stack into its log (at most 24 hours).",
+       field="stall_after_s", toml="job.stall_after_s", backends=_LOCAL, metavar="SECONDS",
+       why="does not watch the ranks' progress in pods yet"),
+    _o("--hang-timeout", "float", "Fail the run when the gang made no progress for this long, naming the stuck "
+       "ranks and the collective they wait in (at most 7 days).", field="hang_timeout_s", toml="job.hang_timeout_s",
+       backends=_LOCAL, metavar="SECONDS", default_text="none",
+       why="does not watch the ranks' progress in pods yet; use --timeout"),
     _o("--max-capture-mb", "float", "Cap on the pickled notebook objects the bundle carries (at most 10240 MB).",
        field="max_capture_mb", toml="job.max_capture_mb", metavar="MB"),
     _o("--allow-secrets", "switch", "Ship values that look like secrets anyway.", field="allow_secrets",

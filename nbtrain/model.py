@@ -56,6 +56,7 @@ class Failure:
     last_lines: tuple[str, ...] = ()
     cell_line: int | None = None
     time: float | None = None
+    diagnosis: str | None = None  # what nbtrain concluded beyond the rank's own error (e.g. desynchronised collectives)
 
     def summary(self) -> str:
         """One line: 'rank 3 (node 1) failed: ValueError: boom (cell line 4)'."""
@@ -70,7 +71,8 @@ class Failure:
         elif self.exit_code is not None:
             what = f"exit code {self.exit_code}" + (f" — {self.reason}" if self.reason else "")
         where = f" (cell line {self.cell_line})" if self.cell_line else ""
-        return f"{who} failed: {what}{where}"
+        why = f" — {self.diagnosis}" if self.diagnosis else ""
+        return f"{who} failed: {what}{where}{why}"
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable form."""

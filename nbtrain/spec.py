@@ -82,6 +82,8 @@ NUMBER_LIMITS: Mapping[str, tuple[float, float]] = {
     "timeout_s": (0.0, 30 * 24 * 3600.0),  # 30 days
     "collective_timeout_s": (0.0, 24 * 3600.0),  # 24 hours
     "max_capture_mb": (0.0, 10240.0),  # 10 GiB of pickled notebook objects
+    "stall_after_s": (0.0, 24 * 3600.0),  # 24 hours
+    "hang_timeout_s": (0.0, 7 * 24 * 3600.0),  # 7 days
 }
 _ENUMS: Mapping[str, type[_Choice]] = {"device": Device, "strategy": Strategy, "mixed_precision": MixedPrecision}
 
@@ -126,6 +128,8 @@ class JobSpec:
     keep_checkpoints: int = 3
     timeout_s: float | None = None
     collective_timeout_s: float = 600.0
+    stall_after_s: float = 300.0  # no progress for this long: the gang is reported stalled, stacks are dumped
+    hang_timeout_s: float | None = None  # no progress for this long: the run fails, naming the stuck ranks
     tracking: bool = True
     experiment: str | None = None
     max_capture_mb: float = 50.0
@@ -172,6 +176,10 @@ class JobSpec:
         _check_number("--collective-timeout", self.collective_timeout_s, *NUMBER_LIMITS["collective_timeout_s"],
                       unit="seconds (24 hours)")
         _check_number("--max-capture-mb", self.max_capture_mb, *NUMBER_LIMITS["max_capture_mb"], unit="MB")
+        _check_number("--stall-after", self.stall_after_s, *NUMBER_LIMITS["stall_after_s"], unit="seconds (24 hours)")
+        if self.hang_timeout_s is not None:
+            _check_number("--hang-timeout", self.hang_timeout_s, *NUMBER_LIMITS["hang_timeout_s"],
+                          unit="seconds (7 days)")
         for key, value in self.env.items():
             if not _ENV_NAME_RE.match(key):
                 raise SpecError(f"--env: {key!r} is not a valid environment variable name.")

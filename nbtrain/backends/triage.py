@@ -111,3 +111,13 @@ def choose_first_failure(
         cell_line=first.cell_line,
         time=first.time,
     )
+
+
+def stack_dump(lines: list[str], *, max_lines: int = 120) -> str | None:
+    """The last all-threads stack dump a stalled rank wrote into its log (``nbtrain.runtime.progress``), or None."""
+    from nbtrain.runtime.progress import STACKS_HEADER
+
+    starts = [i for i, line in enumerate(lines) if STACKS_HEADER in line]
+    if not starts:
+        return None
+    return "\n".join(lines[starts[-1]:starts[-1] + max_lines])

@@ -6,7 +6,8 @@ gang, call :func:`decide`, act on the decision (end the gang, record the verdict
 1. every rank reported RANK_DONE: SUCCEEDED once the gang has exited, or after ``done_grace_s`` (a launcher
    or pod lingering in teardown is ended; a clean run whose teardown aborts is still a success);
 2. the user cancelled: end the gang; CANCELLED once it is gone (or after ``cancel_wait_s``);
-3. the run exceeded ``--timeout``: end the gang; FAILED;
+3. the run exceeded ``--timeout``: end the gang; FAILED; the gang made no progress for ``--hang-timeout``
+   (:mod:`nbtrain.backends.hang`): end the gang; FAILED, naming the stuck ranks;
 4. the gang ended by itself: SUCCEEDED when every part exited cleanly, else FAILED once the logs are
    drained (or after ``drain_s``) so the failure report has the last lines;
 5. a rank failed (reported an error, vanished, or its launcher/pod failed) while others run: wait
@@ -32,6 +33,7 @@ class Cause(str, enum.Enum):
     DONE = "done"
     CANCELLED = "cancelled"
     TIMEOUT = "timeout"
+    HANG = "hang"
     ENDED = "ended"
     RANK_FAILED = "rank-failed"
 
@@ -43,6 +45,7 @@ class Observation:
     ``gang_ended``: every process/pod of the gang has exited (or the workload is gone);
     ``gang_clean``: ... and each exited cleanly (launchers exit 0, the Job is Complete);
     ``rank_failed``: some rank reported an error, vanished without reporting, or its launcher/pod failed;
+    ``hung``: the gang has made no progress for ``--hang-timeout`` seconds;
     ``logs_drained``: every started rank's output is in the store (always true where ranks write it there).
     """
 
@@ -54,6 +57,7 @@ class Observation:
     gang_clean: bool = False
     cancel_requested: bool = False
     timed_out: bool = False
+    hung: bool = False
     logs_drained: bool = True
 
 
@@ -115,6 +119,8 @@ def decide(obs: Observation, clock: Clock, rules: Rules) -> Decision:
         return Decision(None, Cause.CANCELLED, True, clock)
     if obs.timed_out:
         return Decision(RunState.FAILED, Cause.TIMEOUT, not obs.gang_ended, clock)
+    if obs.hung and not obs.gang_ended:
+        return Decision(RunState.FAILED, Cause.HANG, True, clock)
     if obs.gang_ended:
         if obs.gang_clean:
             return Decision(RunState.SUCCEEDED, Cause.ENDED, False, clock)

@@ -11,13 +11,14 @@ import functools
 import os
 from typing import Any
 
-from nbtrain.runtime import context, metrics
+from nbtrain.runtime import context, metrics, progress
 
 
 def install() -> None:
     """Install every hook; safe to call twice."""
     _patch_accelerator_log()
     _patch_process_group_timeout()
+    progress.wrap_collectives()
 
 
 def _patch_accelerator_log() -> None:

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from nbtrain.events import EventKind
-from nbtrain.runtime import context
+from nbtrain.runtime import context, progress
 
 _warned_outside = False
 _skipped_keys: set[str] = set()
@@ -51,6 +51,7 @@ def record(values: Mapping[str, Any], step: int | None, total: int | None = None
     if not clean:
         return
     ctx.last_step = int(step)
+    progress.advance()
     data: dict[str, Any] = {"step": int(step), "values": clean}
     if total is not None:
         data["total"] = int(total)

@@ -23,6 +23,7 @@ RUNTIME_MODULES = (
     "nbtrain/runtime/context.py",
     "nbtrain/runtime/hooks.py",
     "nbtrain/runtime/metrics.py",
+    "nbtrain/runtime/progress.py",
     "nbtrain/runtime/watchdog.py",
     "nbtrain/runtime/worker.py",
 )

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from nbtrain.events import EventKind
-from nbtrain.runtime import context, hooks, watchdog
+from nbtrain.runtime import context, hooks, progress, watchdog
 
 RESULT_NAME = "__nbtrain_result__"
 
@@ -88,8 +88,10 @@ def _heartbeat(ctx: context.WorkerContext, period: float, stop: threading.Event)
         ctx.emit(EventKind.ENV, **environment_report())
     except Exception as error:  # noqa: BLE001 - a missing report must not stop training
         ctx.emit(EventKind.NOTICE, message=f"rank {ctx.rank}: environment report failed: {error}")
+    stall_s = float(os.environ.get(progress.ENV_STALL_S, "0") or 0)
     while not stop.wait(period):
-        ctx.emit(EventKind.HEARTBEAT, step=ctx.last_step)
+        ctx.emit(EventKind.HEARTBEAT, step=ctx.last_step, **progress.report())
+        progress.self_check(ctx.rank, stall_s)
 
 
 def _cell_line(manifest: dict[str, Any], tb: BaseException, main_path: str) -> int | None:
@@ -173,6 +175,7 @@ def _report_error(ctx: context.WorkerContext, error: BaseException, manifest: di
         message=str(error)[:2000],
         traceback=text[-20000:],
         cell_line=cell_line,
+        **progress.report(),
     )
 
 
@@ -251,9 +254,13 @@ def main(argv: list[str] | None = None) -> None:
     watchdog.watch_supervisor(rank)
     stop = threading.Event()
     period = float(os.environ.get(context.ENV_HEARTBEAT_S, "5"))
+    stall_s = float(os.environ.get(progress.ENV_STALL_S, "0") or 0)
+    if stall_s > 0:
+        period = min(period, max(0.5, stall_s / 4))  # a stall is seen within 1.25x its threshold
     threading.Thread(target=_heartbeat, args=(ctx, period, stop), name="nbtrain-heartbeat", daemon=True).start()
     try:
         hooks.install()
+        progress.start()
         ok, result = run_bundle(Path(args[0]).resolve(), ctx)
     except BaseException as error:  # noqa: BLE001 - bundle refused or runtime broken: report and fail
         text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
@@ -264,7 +271,7 @@ def main(argv: list[str] | None = None) -> None:
     stop.set()
     if ok:
         has_result = _write_result(ctx, result)
-        ctx.emit(EventKind.RANK_DONE, ok=True, has_result=has_result, step=ctx.last_step)
+        ctx.emit(EventKind.RANK_DONE, ok=True, has_result=has_result, step=ctx.last_step, **progress.report())
     _teardown(0 if ok else 1)
 
 

@@ -22,7 +22,8 @@ REGENERATE = "run `python -m nbtrain.flags --write` in the repository root"
 FULL = JobSpec(
     name="full", nodes=3, procs_per_node=4, device="cpu", strategy="fsdp", mixed_precision="bf16",
     backend="kubernetes", image="reg/img:1", env={"A": "b"}, checkpoint_dir="/ckpt", max_restarts=2,
-    keep_checkpoints=5, timeout_s=60.0, collective_timeout_s=30.0, tracking=False, experiment="exp",
+    keep_checkpoints=5, timeout_s=60.0, collective_timeout_s=30.0, stall_after_s=60.0, hang_timeout_s=600.0,
+    tracking=False, experiment="exp",
     max_capture_mb=10.0, allow_secrets=True, oversubscribe=True, namespace="ns", queue="q", flavor="jobset",
     service_account="sa", node_selector={"pool": "gpu"}, cpu="8", memory="64Gi",
     tolerations=({"key": "k", "operator": "Exists", "effect": "NoSchedule"},), secret_env={"T": "s/k"},
@@ -113,7 +114,7 @@ def test_every_flag_reaches_its_field() -> None:
         "--name", "full", "--nodes", "3", "--gpus", "4", "--device", "CPU", "--strategy", "fsdp",
         "--mixed-precision", "bf16", "--backend", "kubernetes", "--image", "reg/img:1", "--env", "A=b",
         "--checkpoint-dir", "/ckpt", "--max-restarts", "2", "--keep-checkpoints", "5", "--timeout", "60",
-        "--collective-timeout", "30", "--no-tracking", "--experiment", "exp", "--max-capture-mb", "10",
+        "--collective-timeout", "30", "--stall-after", "60", "--hang-timeout", "600", "--no-tracking", "--experiment", "exp", "--max-capture-mb", "10",
         "--allow-secrets", "--oversubscribe", "--namespace", "ns", "--queue", "q", "--flavor", "jobset", "--service-account", "sa",
         "--node-selector", "pool=gpu", "--cpu", "8", "--memory", "64Gi", "--toleration", "k:NoSchedule",
         "--secret-env", "T=s/k",

@@ -19,6 +19,7 @@ from typing import Any
 
 from nbtrain.backends.accelerate_config import CONFIG_NAME, accelerate_config, render, strategy_refusal
 from nbtrain.backends.base import Capabilities, Plan, RunHandle, StoreBackedBackend
+from nbtrain.backends.hang import effective_stall_after
 from nbtrain.backends.launch import LaunchTarget, accelerate_argv, device_env
 from nbtrain.backends.local import procs
 from nbtrain.backends.local.gpus import GpuInventory, detect_gpus
@@ -30,6 +31,7 @@ from nbtrain.events import EventKind, EventWriter
 from nbtrain.model import Failure, RunState, RunStatus
 from nbtrain.runtime import context as rt
 from nbtrain.runtime import watchdog
+from nbtrain.runtime.progress import ENV_STALL_S
 from nbtrain.spec import Device, JobSpec, Strategy
 from nbtrain.store import Store, private_dir, read_json, write_json_atomic
 
@@ -150,6 +152,7 @@ class LocalBackend(StoreBackedBackend):
                 rt.ENV_RESULT_PATH: str(attempt_dir / "result.pkl"),
                 rt.ENV_NODE_RANK: str(node),
                 rt.ENV_COLLECTIVE_TIMEOUT: str(spec.collective_timeout_s),
+                ENV_STALL_S: str(effective_stall_after(spec.stall_after_s, spec.hang_timeout_s)),
                 "NBTRAIN_CHECKPOINT_DIR": str(self.checkpoint_root(spec, run_id)),
                 "NBTRAIN_KEEP_CHECKPOINTS": str(spec.keep_checkpoints),
                 "PYTHONUNBUFFERED": "1",
@@ -179,6 +182,8 @@ class LocalBackend(StoreBackedBackend):
             "tmp_dir": str(attempt_dir / "tmp"),
             "attempt_dir": str(attempt_dir),
             "timeout_s": spec.timeout_s,
+            "stall_after_s": spec.stall_after_s,
+            "hang_timeout_s": spec.hang_timeout_s,
             "restart_budget": attempt + spec.max_restarts if restart_budget is None else restart_budget,
             "store_root": str(self.store.root),
             "accelerate_config": {"path": str(config_path), "text": config_text},
@@ -246,7 +251,7 @@ class LocalBackend(StoreBackedBackend):
             failure = Failure.from_dict(data["failure"]) if data.get("failure") else None
             if not state.terminal:
                 return self._orphaned(handle.run_id, path, data)
-        return RunStatus(state, attempt, data.get("started"), data.get("ended"), failure)
+        return RunStatus(state, attempt, data.get("started"), data.get("ended"), failure, str(data.get("detail") or ""))
 
     def _orphaned(self, run_id: str, path: Path, data: dict[str, Any]) -> RunStatus:
         """The verdict of an attempt whose supervisor died without one (written once, by one reader)."""

@@ -19,10 +19,12 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import IO, Any
 
 from nbtrain.backends import triage
+from nbtrain.backends.hang import Assessment, RankProgress, assess, desync_at_failure, effective_stall_after
 from nbtrain.backends.local import procs
 from nbtrain.backends.storecursor import tail_lines
 from nbtrain.backends.verdict import Cause, Clock, Decision, Observation, Rules, decide
@@ -91,6 +93,12 @@ class Supervisor:
         self.started = time.time()
         self.state = RunState.STARTING
         self.identity = watchdog.identity()
+        self.beats: dict[int, tuple[float, dict[str, Any]]] = {}  # rank -> (time, progress report)
+        self.final: dict[int, Event] = {}  # RANK_DONE of each finished rank (its final collective count)
+        self.stall: Assessment | None = None
+        hang = self.plan.get("hang_timeout_s")
+        self.hang_timeout: float | None = float(hang) if hang else None
+        self.stall_after = effective_stall_after(self.plan.get("stall_after_s"), self.hang_timeout)
 
     # -- status -----------------------------------------------------------------------------------
     @property
@@ -115,6 +123,7 @@ class Supervisor:
                     {"node": i, "pid": p.pid, "exit_code": p.poll()} for i, p in enumerate(self.launchers)
                 ],
                 "updated": time.time(),
+                "detail": f"stalled: {self.stall.message}" if self.stall is not None else "",
             },
         )
 
@@ -159,6 +168,9 @@ class Supervisor:
                     self.errors.setdefault(rank, event)
                 elif event.kind is EventKind.RANK_DONE:
                     self.done.add(rank)
+                    self.final[rank] = event
+                elif event.kind is EventKind.HEARTBEAT and "idle_s" in event.data:
+                    self.beats[rank] = (event.time, dict(event.data))
         for rank, pid in self.pids.items():
             if rank in self.done or rank in self.errors or rank in self.vanished or not pid:
                 continue
@@ -196,7 +208,7 @@ class Supervisor:
         last = {r: tail_lines(self.logs_dir / f"rank-{r}.log", LAST_LINES) for r in range(self.world)}
         chosen = triage.choose_first_failure(candidates, node_of=self.node_of, last_lines=last, exit_codes=elastic)
         if chosen is not None:
-            return chosen
+            return self._diagnosed(chosen)
         if elastic:
             rank = min(elastic)
             code = elastic[rank]
@@ -243,6 +255,65 @@ class Supervisor:
             failure = self._disk_full_failure(error)  # the verdict file still fits: it is what readers trust
         self._write_status(failure=failure, ended=ended)
 
+    # -- hangs -------------------------------------------------------------------------------------
+    def _diagnosed(self, failure: Failure) -> Failure:
+        """``failure`` with a desync diagnosis when its rank failed inside a collective the others never entered."""
+        if failure.rank is None or failure.rank not in self.errors:
+            return failure
+        issued: dict[int, int] = {}
+        for rank in range(self.world):
+            final = self.errors.get(rank) or self.final.get(rank)
+            data = final.data if final is not None else (self.beats.get(rank, (0.0, {}))[1])
+            if "collectives" in data:
+                issued[rank] = int(data["collectives"])
+        diagnosis = desync_at_failure(failure.rank, self.errors[failure.rank].data.get("failed_in"), issued,
+                                      set(self.done))
+        return replace(failure, diagnosis=diagnosis) if diagnosis else failure
+
+    def _assess(self) -> Assessment | None:
+        """The hang assessment from the ranks' latest progress reports (None: making progress)."""
+        if self.stall_after <= 0:
+            return None
+        now = time.time()
+        reports = {
+            rank: RankProgress(rank=rank, idle_s=float(data.get("idle_s") or 0) + max(0.0, now - at),
+                               collectives=int(data.get("collectives") or 0), in_collective=data.get("in_collective"),
+                               step=data.get("step"), done=rank in self.done,
+                               progressed=bool(data.get("progressed", True)))
+            for rank, (at, data) in self.beats.items()
+        }
+        for rank in self.done:
+            reports.setdefault(rank, RankProgress(rank=rank, idle_s=0.0, done=True))
+        return assess(reports, world=self.world, stall_after=self.stall_after)
+
+    def _watch_progress(self) -> bool:
+        """Report a stall (or its end) once; True when it has lasted ``--hang-timeout``."""
+        assessment = self._assess()
+        if (assessment is None) != (self.stall is None) or (
+                assessment is not None and self.stall is not None and assessment.kind != self.stall.kind):
+            self.stall = assessment
+            self.out.emit(EventKind.NOTICE, message=f"stalled: {assessment.message}" if assessment else
+                          "progress resumed: every rank is making progress again")
+            self._write_status()
+        if assessment is None or self.hang_timeout is None:
+            return False
+        self.stall = assessment
+        idle = min(float(self.beats[r][1].get("idle_s") or 0) + time.time() - self.beats[r][0]
+                   for r in assessment.stalled if r in self.beats)
+        return idle >= self.hang_timeout
+
+    def _hang_failure(self) -> Failure:
+        assert self.stall is not None
+        culprit = self.stall.culprits[0] if self.stall.culprits else None
+        stacks = [f"rank {r}:\n{dump}" for r in self.stall.stalled
+                  if (dump := triage.stack_dump(tail_lines(self.logs_dir / f"rank-{r}.log", 400)))]
+        return Failure(
+            reason=f"hung: {self.stall.message} (--hang-timeout {self.hang_timeout:g} s)",
+            rank=culprit, node=self.node_of.get(culprit) if culprit is not None else None,
+            traceback="\n".join(stacks) or None,
+            last_lines=tuple(tail_lines(self.logs_dir / f"rank-{culprit}.log", LAST_LINES)) if culprit is not None else (),
+        )
+
     def _observe(self, now: float) -> Observation:
         codes = [p.poll() for p in self.launchers]
         timeout = self.plan.get("timeout_s")
@@ -252,6 +323,7 @@ class Supervisor:
             gang_ended=all(c is not None for c in codes), gang_clean=all(c == 0 for c in codes),
             cancel_requested=self.cancel_requested or (self.dir / "cancel.request").exists(),
             timed_out=timeout is not None and time.time() - self.started > float(timeout),
+            hung=self._watch_progress(),
         )
 
     def run(self) -> RunState:
@@ -298,6 +370,9 @@ class Supervisor:
         assert state is not None
         if state is RunState.CANCELLED:
             self._finish(state, "cancelled by the user")
+        elif decision.cause is Cause.HANG:
+            failure = self._hang_failure()
+            self._finish(state, failure.summary(), failure)
         elif decision.cause is Cause.TIMEOUT:
             failure = Failure(reason=f"the run exceeded its timeout of {self.plan.get('timeout_s')} s (--timeout)")
             self._finish(state, failure.reason, failure)

@@ -1,0 +1,108 @@
+"""Progress of this rank, as opposed to its liveness (stdlib only; torch is imported only if already in use).
+
+A rank makes *progress* when it reports a step or a metric, or completes a collective. The hooks count the
+collectives it issues (``torch.distributed.all_reduce``, ``barrier``, ...) and remember the one it is
+inside, so the heartbeat can say "rank 0 waits in all_reduce #6 and has made no progress for 40 s" even
+though its heartbeat thread is alive. When its own progress stalls longer than ``NBTRAIN_STALL_S``, the
+rank dumps the Python stack of every thread into its log once per stall (faulthandler: no ptrace needed).
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import functools
+import sys
+import threading
+import time
+from typing import Any
+
+__all__ = ["COLLECTIVES", "ENV_STALL_S", "STACKS_HEADER", "advance", "report", "self_check", "start",
+           "wrap_collectives"]
+
+ENV_STALL_S = "NBTRAIN_STALL_S"
+STACKS_HEADER = "[nbtrain] stacks of every thread of rank"  # the triage finds dumps by this line
+COLLECTIVES = ("all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object", "all_to_all",
+               "all_to_all_single", "barrier", "broadcast", "broadcast_object_list", "gather", "gather_object",
+               "reduce", "reduce_scatter", "reduce_scatter_tensor", "scatter", "scatter_object_list")
+
+_lock = threading.Lock()
+_last = time.monotonic()
+_issued = 0
+_inside: str | None = None
+_dumped = False
+_failed_in: str | None = None  # the collective an exception came out of
+_progressed = False  # any progress since the bundle started
+
+
+def advance() -> None:
+    """Note progress now (a step, a metric, a finished collective)."""
+    global _last, _dumped, _progressed
+    with _lock:
+        _last = time.monotonic()
+        _dumped = False
+        _progressed = True
+
+
+def start() -> None:
+    """The bundle starts now: the idle clock starts here (imports and start-up before it are not a stall)."""
+    global _last
+    with _lock:
+        _last = time.monotonic()
+
+
+def report() -> dict[str, Any]:
+    """What the heartbeat sends: collectives issued, the one this rank is inside, seconds without progress."""
+    with _lock:
+        return {"collectives": _issued, "in_collective": _inside, "failed_in": _failed_in,
+                "progressed": _progressed, "idle_s": round(time.monotonic() - _last, 3)}
+
+
+def _wrap(name: str, original: Any) -> Any:
+    @functools.wraps(original)
+    def collective(*args: Any, **kwargs: Any) -> Any:
+        global _issued, _inside
+        with _lock:
+            _issued += 1
+            _inside = name
+        try:
+            return original(*args, **kwargs)
+        except BaseException:
+            global _failed_in
+            with _lock:
+                _failed_in = name
+            raise
+        finally:
+            with _lock:
+                _inside = None
+            advance()
+
+    collective._nbtrain = True  # type: ignore[attr-defined]
+    return collective
+
+
+def wrap_collectives() -> None:
+    """Count the collectives of ``torch.distributed`` (safe to call twice; nothing without torch)."""
+    try:
+        import torch.distributed as dist
+    except ImportError:
+        return
+    for name in COLLECTIVES:
+        original = getattr(dist, name, None)
+        if original is not None and not getattr(original, "_nbtrain", False):
+            setattr(dist, name, _wrap(name, original))
+
+
+def self_check(rank: int, stall_s: float) -> None:
+    """Called by the heartbeat: dump every thread's stack into this rank's log once per stall."""
+    global _dumped
+    with _lock:
+        idle = time.monotonic() - _last
+        if stall_s <= 0 or idle < stall_s or _dumped or not _progressed:
+            return
+        _dumped = True
+        inside = _inside
+    where = f"waiting in {inside}" if inside else "outside any collective"
+    sys.stderr.write(f"{STACKS_HEADER} {rank} ({where}, no progress for {idle:.0f} s):\n")
+    sys.stderr.flush()
+    faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+    sys.stderr.flush()
