@@ -155,6 +155,30 @@ OPTIONS: tuple[Option, ...] = (
        backends=_LAUNCH),
     _o("--mixed-precision", "choice", "Accelerate's mixed precision (GPU only).", field="mixed_precision",
        toml="job.mixed_precision", backends=_LAUNCH),
+    _o("--fsdp-version", "int", "FSDP implementation (--strategy fsdp): 2 (per-parameter sharding, recommended) "
+       "or 1.", field="fsdp_version", toml="strategy.fsdp_version", backends=_LAUNCH, metavar="1|2"),
+    _o("--fsdp-sharding", "choice", "What FSDP shards (--strategy fsdp): full = parameters, gradients and "
+       "optimizer state; shard-grad-op = gradients and optimizer state; hybrid = full within a node, replicated "
+       "across nodes.", field="fsdp_sharding", toml="strategy.fsdp_sharding", backends=_LAUNCH),
+    _o("--fsdp-auto-wrap", "choice", "FSDP's wrap policy (--strategy fsdp): the model's transformer blocks "
+       "(its _no_split_modules), modules above 100M parameters, or the root only.", field="fsdp_auto_wrap",
+       toml="strategy.fsdp_auto_wrap", backends=_LAUNCH),
+    _o("--fsdp-state-dict", "choice", "How FSDP checkpoints (--strategy fsdp): one file per rank, or a full "
+       "state dict gathered on rank 0.", field="fsdp_state_dict", toml="strategy.fsdp_state_dict",
+       backends=_LAUNCH),
+    _o("--fsdp-cpu-offload", "switch", "Offload FSDP parameters to CPU memory (--strategy fsdp).",
+       field="fsdp_cpu_offload", toml="strategy.fsdp_cpu_offload", backends=_LAUNCH),
+    _o("--zero-stage", "int", "DeepSpeed ZeRO stage 0-3 (--strategy deepspeed).", field="zero_stage",
+       toml="strategy.zero_stage", backends=_LAUNCH, metavar="0-3"),
+    _o("--zero-offload", "choice", "Where ZeRO offloads optimizer state, and at stage 3 parameters "
+       "(--strategy deepspeed).", field="zero_offload", toml="strategy.zero_offload", backends=_LAUNCH),
+    _o("--gradient-accumulation", "int", "DeepSpeed's gradient accumulation steps (--strategy deepspeed; "
+       "1-1024).", field="gradient_accumulation", toml="strategy.gradient_accumulation", backends=_LAUNCH,
+       metavar="N"),
+    _o("--accelerate-config", "str", "Your team's Accelerate config (YAML): merged under nbtrain's launch "
+       "settings (gang shape, rendezvous, strategy flags win), every key it sets shown by --dry-run.",
+       field="accelerate_config", toml="strategy.accelerate_config", backends=_LOCAL, metavar="FILE",
+       default_text="none", why="cannot read a file of this machine inside the pods yet"),
     _o("--image", "str", "Container image of the pods.", field="image", toml="job.image", backends=_K8S,
        metavar="IMAGE", default_text="NBTRAIN_K8S_IMAGE (required: Python, torch, accelerate)"),
     _o("--env", "pairs", "Environment variable for every rank (repeatable).", field="env", toml="job.env",
@@ -425,7 +449,7 @@ _TOML_TYPES: Mapping[str, tuple[type, ...]] = {
     "int": (int,), "float": (int, float), "str": (str,), "choice": (str,), "switch": (bool,),
     "pairs": (dict,), "tolerations": (list,),
 }
-TOML_TABLES = ("job", "tracking", "kubernetes")
+TOML_TABLES = ("job", "strategy", "tracking", "kubernetes")
 
 
 class TomlError(SpecError):

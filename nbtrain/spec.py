@@ -11,13 +11,14 @@ import math
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from typing import Any
 
 from nbtrain.errors import SpecError
 
 __all__ = [
-    "BACKEND_NAMES", "FLAVORS", "LIMITS", "NUMBER_LIMITS", "Device", "JobSpec", "MixedPrecision", "Strategy", "choices_of",
+    "BACKEND_NAMES", "FLAVORS", "LIMITS", "NUMBER_LIMITS", "STRATEGY_OPTIONS", "Device", "FsdpSharding", "FsdpStateDict",
+    "FsdpWrap", "JobSpec", "MixedPrecision", "Strategy", "ZeroOffload", "choices_of",
 ]
 
 _NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -64,6 +65,38 @@ class MixedPrecision(_Choice):
     FP8 = "fp8"
 
 
+class FsdpSharding(_Choice):
+    """How FSDP shards: parameters, gradients and optimizer state (full), or only gradients and optimizer state."""
+
+    FULL = "full"
+    SHARD_GRAD_OP = "shard-grad-op"
+    HYBRID = "hybrid"
+    NO_SHARD = "no-shard"
+
+
+class FsdpWrap(_Choice):
+    """FSDP's auto-wrap policy: the model's transformer blocks, modules above a size, or the root only."""
+
+    TRANSFORMER = "transformer"
+    SIZE = "size"
+    NONE = "none"
+
+
+class FsdpStateDict(_Choice):
+    """How FSDP checkpoints: one file per rank (sharded) or a gathered full state dict on rank 0."""
+
+    SHARDED = "sharded"
+    FULL = "full"
+
+
+class ZeroOffload(_Choice):
+    """Where DeepSpeed ZeRO offloads the optimizer state (and, at stage 3, the parameters)."""
+
+    NONE = "none"
+    CPU = "cpu"
+    NVME = "nvme"
+
+
 #: Backends a JobSpec may name (each also declares, in nbtrain.flags, the options it honours).
 BACKEND_NAMES = ("local", "kubernetes")
 #: Kubernetes objects the kubernetes backend can create.
@@ -74,6 +107,9 @@ LIMITS: Mapping[str, tuple[int, int]] = {
     "procs_per_node": (0, 64),
     "max_restarts": (0, 100),
     "keep_checkpoints": (1, 1000),
+    "fsdp_version": (1, 2),
+    "zero_stage": (0, 3),
+    "gradient_accumulation": (1, 1024),
 }
 #: Ranges of the number fields (seconds, megabytes): field -> (above, highest). A value must be finite, greater
 #: than ``above`` and at most ``highest``: nothing downstream (a Kubernetes deadline, a process-group timeout, the
@@ -85,7 +121,21 @@ NUMBER_LIMITS: Mapping[str, tuple[float, float]] = {
     "stall_after_s": (0.0, 24 * 3600.0),  # 24 hours
     "hang_timeout_s": (0.0, 7 * 24 * 3600.0),  # 7 days
 }
-_ENUMS: Mapping[str, type[_Choice]] = {"device": Device, "strategy": Strategy, "mixed_precision": MixedPrecision}
+_ENUMS: Mapping[str, type[_Choice]] = {
+    "device": Device, "strategy": Strategy, "mixed_precision": MixedPrecision, "fsdp_sharding": FsdpSharding,
+    "fsdp_auto_wrap": FsdpWrap, "fsdp_state_dict": FsdpStateDict, "zero_offload": ZeroOffload,
+}
+#: Strategy options and the strategy each belongs to (set with another strategy: refused, never ignored).
+STRATEGY_OPTIONS: Mapping[str, tuple[str, str]] = {
+    "fsdp_version": ("--fsdp-version", "fsdp"),
+    "fsdp_sharding": ("--fsdp-sharding", "fsdp"),
+    "fsdp_auto_wrap": ("--fsdp-auto-wrap", "fsdp"),
+    "fsdp_state_dict": ("--fsdp-state-dict", "fsdp"),
+    "fsdp_cpu_offload": ("--fsdp-cpu-offload", "fsdp"),
+    "zero_stage": ("--zero-stage", "deepspeed"),
+    "zero_offload": ("--zero-offload", "deepspeed"),
+    "gradient_accumulation": ("--gradient-accumulation", "deepspeed"),
+}
 
 
 def choices_of(field_name: str) -> tuple[str, ...]:
@@ -120,6 +170,16 @@ class JobSpec:
     device: Device = Device.AUTO
     strategy: Strategy = Strategy.DDP
     mixed_precision: MixedPrecision = MixedPrecision.NO
+    # Strategy options (FSDP, DeepSpeed): see STRATEGY_OPTIONS; a file of the team's own with accelerate_config.
+    fsdp_version: int = 2
+    fsdp_sharding: FsdpSharding = FsdpSharding.FULL
+    fsdp_auto_wrap: FsdpWrap = FsdpWrap.TRANSFORMER
+    fsdp_state_dict: FsdpStateDict = FsdpStateDict.SHARDED
+    fsdp_cpu_offload: bool = False
+    zero_stage: int = 2
+    zero_offload: ZeroOffload = ZeroOffload.NONE
+    gradient_accumulation: int = 1
+    accelerate_config: str | None = None  # a YAML file merged under nbtrain's launch settings, shown by --dry-run
     backend: str = "local"
     image: str | None = None
     env: Mapping[str, str] = field(default_factory=dict)
@@ -152,6 +212,9 @@ class JobSpec:
         object.__setattr__(
             self, "mixed_precision", MixedPrecision.parse(self.mixed_precision, "--mixed-precision")
         )
+        for name, (flag, _) in STRATEGY_OPTIONS.items():
+            if name in _ENUMS:
+                object.__setattr__(self, name, _ENUMS[name].parse(getattr(self, name), flag))
         object.__setattr__(self, "env", dict(self.env))
         object.__setattr__(self, "node_selector", dict(self.node_selector))
         object.__setattr__(self, "secret_env", dict(self.secret_env))
@@ -167,6 +230,7 @@ class JobSpec:
         _check_int("--gpus", self.procs_per_node, *LIMITS["procs_per_node"])
         _check_int("--max-restarts", self.max_restarts, *LIMITS["max_restarts"])
         _check_int("--keep-checkpoints", self.keep_checkpoints, *LIMITS["keep_checkpoints"])
+        self._check_strategy_options()
         if not self.name or not self.name.strip():
             raise SpecError("--name: the run name is empty; give a short name such as 'digits'.")
         if len(self.name) > 100:
@@ -189,6 +253,28 @@ class JobSpec:
             raise SpecError(f"--backend: unknown value {self.backend!r}; choose one of: {', '.join(BACKEND_NAMES)}.")
         if self.flavor not in FLAVORS:
             raise SpecError(f"--flavor: unknown value {self.flavor!r}; choose one of: {', '.join(FLAVORS)}.")
+
+    def _check_strategy_options(self) -> None:
+        for name, (flag, owner) in STRATEGY_OPTIONS.items():
+            if name in LIMITS:
+                _check_int(flag, getattr(self, name), *LIMITS[name])
+            default = _FIELD_DEFAULTS[name]
+            if self.strategy.value != owner and getattr(self, name) != default:
+                raise SpecError(f"{flag} applies to --strategy {owner}, but this job uses --strategy "
+                                f"{self.strategy.value}: drop {flag} or use --strategy {owner}.")
+        if self.fsdp_version == 2 and self.fsdp_sharding in (FsdpSharding.HYBRID, FsdpSharding.NO_SHARD):
+            raise SpecError(f"--fsdp-sharding {self.fsdp_sharding.value} is an FSDP 1 sharding strategy; Accelerate's "
+                            "FSDP 2 shards fully or re-shards after forward only: use --fsdp-version 1, or "
+                            "--fsdp-sharding full / shard-grad-op.")
+        if self.zero_offload is ZeroOffload.NVME and self.zero_stage < 3:
+            raise SpecError(f"--zero-offload nvme needs --zero-stage 3 (got {self.zero_stage}): DeepSpeed offloads "
+                            "parameters to NVMe only at stage 3; use --zero-offload cpu or --zero-stage 3.")
+        if self.fsdp_sharding is FsdpSharding.HYBRID and self.nodes == 1:
+            raise SpecError("--fsdp-sharding hybrid shards within a node and replicates across nodes: it needs "
+                            "--nodes 2 or more; use --fsdp-sharding full on one node.")
+        if self.accelerate_config is not None and not str(self.accelerate_config).strip():
+            raise SpecError("--accelerate-config: the path is empty; give the YAML file of your team's Accelerate "
+                            "config, or drop the option.")
 
     @property
     def world_size(self) -> int:
@@ -226,6 +312,13 @@ class JobSpec:
         if "tolerations" in values:
             values["tolerations"] = tuple(values["tolerations"])
         return cls(**values)
+
+
+def _field_defaults() -> dict[str, Any]:
+    return {f.name: f.default for f in fields(JobSpec) if f.default is not MISSING}
+
+
+_FIELD_DEFAULTS = _field_defaults()
 
 
 def _check_int(flag: str, value: object, low: int, high: int) -> None:

@@ -6,38 +6,64 @@ differently per user. nbtrain therefore writes a complete config for each attemp
 directory, shown by ``--dry-run``) and passes it with ``--config_file``: no user-level file changes a run.
 
 The strategy decides Accelerate's distributed type: DDP is ``MULTI_GPU`` (``MULTI_CPU`` on CPU, through
-``--multi_gpu`` + ``ACCELERATE_USE_CPU=1``), FSDP is ``FSDP`` (version 2), DeepSpeed is ``DEEPSPEED``
-(ZeRO stage 2, the ``standard`` multi-node launcher, never Accelerate's default ``pdsh``).
+``--multi_gpu`` + ``ACCELERATE_USE_CPU=1``), FSDP is ``FSDP`` (``--fsdp-*`` options), DeepSpeed is
+``DEEPSPEED`` (``--zero-*`` options, the ``standard`` multi-node launcher, never Accelerate's default
+``pdsh``). A team's own file (``--accelerate-config``) is merged under these, visibly.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import yaml
 
 from nbtrain.spec import JobSpec, MixedPrecision, Strategy
 
-__all__ = ["CONFIG_NAME", "accelerate_config", "distributed_type", "render", "strategy_refusal"]
+__all__ = ["CONFIG_NAME", "LAUNCH_KEYS", "accelerate_config", "deepspeed_config", "distributed_type", "fsdp_config",
+           "read_team_config", "render", "strategy_refusal"]
 
 CONFIG_NAME = "accelerate.yaml"  # in each attempt's directory
 
-FSDP_DEFAULTS: dict[str, Any] = {
-    "fsdp_version": 2,
-    "fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
-    "fsdp_reshard_after_forward": True,
-    "fsdp_state_dict_type": "SHARDED_STATE_DICT",
-    "fsdp_offload_params": False,
-    "fsdp_cpu_ram_efficient_loading": False,
-}
+_SHARDING_V1 = {"full": "FULL_SHARD", "shard-grad-op": "SHARD_GRAD_OP", "hybrid": "HYBRID_SHARD",
+                "no-shard": "NO_SHARD"}
+_WRAP = {"transformer": "TRANSFORMER_BASED_WRAP", "size": "SIZE_BASED_WRAP", "none": "NO_WRAP"}
+_STATE_DICT = {"sharded": "SHARDED_STATE_DICT", "full": "FULL_STATE_DICT"}
+SIZE_WRAP_MIN_PARAMS = 100_000_000
+#: Keys nbtrain always decides (the gang's shape and rendezvous): a team's file never changes them.
+LAUNCH_KEYS = frozenset({"compute_environment", "distributed_type", "use_cpu", "num_processes", "num_machines",
+                         "machine_rank", "gpu_ids", "main_process_ip", "main_process_port", "rdzv_backend",
+                         "same_network", "mixed_precision"})
 
-DEEPSPEED_DEFAULTS: dict[str, Any] = {
-    "zero_stage": 2,
-    "offload_optimizer_device": "none",
-    "offload_param_device": "none",
-    "gradient_accumulation_steps": 1,
-    "zero3_init_flag": False,
-}
+
+def fsdp_config(spec: JobSpec) -> dict[str, Any]:
+    """Accelerate's ``fsdp_config`` for ``spec``'s FSDP options."""
+    config: dict[str, Any] = {
+        "fsdp_version": spec.fsdp_version,
+        "fsdp_auto_wrap_policy": _WRAP[spec.fsdp_auto_wrap.value],
+        "fsdp_state_dict_type": _STATE_DICT[spec.fsdp_state_dict.value],
+        "fsdp_offload_params": spec.fsdp_cpu_offload,
+        "fsdp_cpu_ram_efficient_loading": False,
+    }
+    if spec.fsdp_version == 2:
+        config["fsdp_reshard_after_forward"] = spec.fsdp_sharding.value == "full"
+    else:
+        config["fsdp_sharding_strategy"] = _SHARDING_V1[spec.fsdp_sharding.value]
+    if spec.fsdp_auto_wrap.value == "size":
+        config["fsdp_min_num_params"] = SIZE_WRAP_MIN_PARAMS
+    return config
+
+
+def deepspeed_config(spec: JobSpec) -> dict[str, Any]:
+    """Accelerate's ``deepspeed_config`` for ``spec``'s ZeRO options (always the ``standard`` multi-node launcher)."""
+    return {
+        "zero_stage": spec.zero_stage,
+        "offload_optimizer_device": spec.zero_offload.value,
+        "offload_param_device": spec.zero_offload.value if spec.zero_stage == 3 else "none",
+        "gradient_accumulation_steps": spec.gradient_accumulation,
+        "zero3_init_flag": spec.zero_stage == 3,
+        "deepspeed_multinode_launcher": "standard",
+    }
 
 
 def strategy_refusal(spec: JobSpec, use_gpu: bool) -> str | None:
@@ -65,8 +91,15 @@ def distributed_type(spec: JobSpec, use_gpu: bool) -> str:
     return "MULTI_GPU" if use_gpu else "MULTI_CPU"
 
 
-def accelerate_config(spec: JobSpec, *, use_gpu: bool, main_address: str, main_port: int) -> dict[str, Any]:
-    """The complete config of one attempt (the machine rank is given per node on the command line)."""
+def accelerate_config(spec: JobSpec, *, use_gpu: bool, main_address: str, main_port: int,
+                       team: Mapping[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, str]]:
+    """The complete config of one attempt, and where each top-level key came from ("nbtrain" or "your file").
+
+    ``team`` is the parsed ``--accelerate-config`` file: its keys come through except the gang's shape and
+    rendezvous (:data:`LAUNCH_KEYS`); inside ``fsdp_config``/``deepspeed_config`` its values win over
+    nbtrain's defaults but not over strategy options given explicitly (values other than the defaults).
+    The machine rank is given per node on the command line.
+    """
     mixed = spec.mixed_precision if use_gpu else MixedPrecision.NO
     config: dict[str, Any] = {
         "compute_environment": "LOCAL_MACHINE",
@@ -90,14 +123,46 @@ def accelerate_config(spec: JobSpec, *, use_gpu: bool, main_address: str, main_p
         "tpu_use_cluster": False,
         "tpu_use_sudo": False,
     }
+    nested = None
     if spec.strategy is Strategy.FSDP:
-        config["fsdp_config"] = dict(FSDP_DEFAULTS)
+        nested = ("fsdp_config", fsdp_config(spec), fsdp_config(JobSpec(strategy=Strategy.FSDP)))
     elif spec.strategy is Strategy.DEEPSPEED:
-        config["deepspeed_config"] = {**DEEPSPEED_DEFAULTS, "deepspeed_multinode_launcher": "standard"}
-    return config
+        nested = ("deepspeed_config", deepspeed_config(spec), deepspeed_config(JobSpec(strategy=Strategy.DEEPSPEED)))
+    source = dict.fromkeys(config, "nbtrain")
+    for key, value in (team or {}).items():
+        if key in LAUNCH_KEYS or key in ("fsdp_config", "deepspeed_config"):
+            continue
+        config[key], source[key] = value, "your file"
+    if nested is not None:
+        name, mine, defaults = nested
+        theirs = dict((team or {}).get(name) or {})
+        explicit = {k: v for k, v in mine.items() if defaults.get(k) != v}
+        config[name] = {**mine, **theirs, **explicit}
+        source[name] = "nbtrain + your file" if theirs else "nbtrain"
+    return config, source
 
 
 def render(config: dict[str, Any]) -> str:
     """The YAML text of ``config`` (what goes into the attempt's ``accelerate.yaml``)."""
     return "# Generated by nbtrain for this attempt: no user-level Accelerate config is read.\n" + yaml.safe_dump(
         config, sort_keys=True)
+
+
+def read_team_config(path: str) -> dict[str, Any]:
+    """The YAML mapping of ``--accelerate-config PATH``; SpecError naming the file and the problem."""
+    from pathlib import Path
+
+    from nbtrain.errors import SpecError
+
+    file = Path(path).expanduser()
+    try:
+        data = yaml.safe_load(file.read_text(encoding="utf-8"))
+    except OSError as error:
+        raise SpecError(f"--accelerate-config {path}: cannot read it ({error.strerror}); give the path of your "
+                        "team's Accelerate config YAML.") from None
+    except yaml.YAMLError as error:
+        raise SpecError(f"--accelerate-config {path}: not valid YAML ({error}).") from None
+    if not isinstance(data, dict):
+        raise SpecError(f"--accelerate-config {path}: expected a mapping of Accelerate config keys, got "
+                        f"{type(data).__name__}.")
+    return data

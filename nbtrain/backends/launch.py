@@ -55,7 +55,7 @@ def accelerate_argv(
     if config_file is not None:
         argv += ["--config_file", config_file]
     if spec.strategy is Strategy.FSDP:
-        argv += ["--use_fsdp", "--fsdp_version", "2"]
+        argv += ["--use_fsdp", "--fsdp_version", str(spec.fsdp_version)]
     elif spec.strategy is Strategy.DEEPSPEED:
         argv.append("--use_deepspeed")
         if spec.nodes > 1:

@@ -21,6 +21,8 @@ REGENERATE = "run `python -m nbtrain.flags --write` in the repository root"
 
 FULL = JobSpec(
     name="full", nodes=3, procs_per_node=4, device="cpu", strategy="fsdp", mixed_precision="bf16",
+    fsdp_version=1, fsdp_sharding="hybrid", fsdp_auto_wrap="size", fsdp_state_dict="full", fsdp_cpu_offload=True,
+    accelerate_config="team.yaml",
     backend="kubernetes", image="reg/img:1", env={"A": "b"}, checkpoint_dir="/ckpt", max_restarts=2,
     keep_checkpoints=5, timeout_s=60.0, collective_timeout_s=30.0, stall_after_s=60.0, hang_timeout_s=600.0,
     tracking=False, experiment="exp",
@@ -112,15 +114,30 @@ def test_every_flag_reaches_its_field() -> None:
     parser = flags.build_parser("magic")
     ns = parser.parse_args([
         "--name", "full", "--nodes", "3", "--gpus", "4", "--device", "CPU", "--strategy", "fsdp",
-        "--mixed-precision", "bf16", "--backend", "kubernetes", "--image", "reg/img:1", "--env", "A=b",
+        "--mixed-precision", "bf16", "--fsdp-version", "1", "--fsdp-sharding", "hybrid", "--fsdp-auto-wrap", "size",
+        "--fsdp-state-dict", "full", "--fsdp-cpu-offload", "--accelerate-config", "team.yaml", "--backend", "kubernetes", "--image", "reg/img:1", "--env", "A=b",
         "--checkpoint-dir", "/ckpt", "--max-restarts", "2", "--keep-checkpoints", "5", "--timeout", "60",
         "--collective-timeout", "30", "--stall-after", "60", "--hang-timeout", "600", "--no-tracking", "--experiment", "exp", "--max-capture-mb", "10",
         "--allow-secrets", "--oversubscribe", "--namespace", "ns", "--queue", "q", "--flavor", "jobset", "--service-account", "sa",
         "--node-selector", "pool=gpu", "--cpu", "8", "--memory", "64Gi", "--toleration", "k:NoSchedule",
         "--secret-env", "T=s/k",
     ])
-    assert {o.flag for o in flags.given_options(ns)} == {o.flag for o in flags.options_for("magic", spec_only=True)}
+    deepspeed = {"--zero-stage", "--zero-offload", "--gradient-accumulation"}  # another strategy's options
+    assert {o.flag for o in flags.given_options(ns)} == \
+        {o.flag for o in flags.options_for("magic", spec_only=True)} - deepspeed
     assert flags.spec_from_namespace(ns) == FULL
+
+
+def test_deepspeed_flags_reach_their_fields_and_other_strategies_refuse_them() -> None:
+    parser = flags.build_parser("magic")
+    ns = parser.parse_args(["--strategy", "deepspeed", "--zero-stage", "3", "--zero-offload", "nvme",
+                            "--gradient-accumulation", "4"])
+    spec = flags.spec_from_namespace(ns)
+    assert (spec.zero_stage, spec.zero_offload.value, spec.gradient_accumulation) == (3, "nvme", 4)
+    with pytest.raises(SpecError, match="--zero-stage applies to --strategy deepspeed"):
+        flags.spec_from_namespace(parser.parse_args(["--zero-stage", "3"]))
+    with pytest.raises(SpecError, match="--fsdp-cpu-offload applies to --strategy fsdp"):
+        flags.spec_from_namespace(parser.parse_args(["--strategy", "deepspeed", "--fsdp-cpu-offload"]))
 
 
 def test_the_environment_sets_the_backends_default(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -60,6 +60,15 @@ def _combinations() -> list[tuple[JobSpec, bool]]:
                        device="gpu" if device_gpu else "cpu")  # type: ignore[arg-type]
         if strategy_refusal(spec, device_gpu) is None:  # what plan() would let through
             out.append((spec, device_gpu))
+    options: list[dict[str, object]] = [
+        {"strategy": "fsdp", "fsdp_version": 1, "fsdp_sharding": "hybrid", "nodes": 2},
+        {"strategy": "fsdp", "fsdp_version": 1, "fsdp_sharding": "no-shard", "fsdp_state_dict": "full"},
+        {"strategy": "fsdp", "fsdp_sharding": "shard-grad-op", "fsdp_auto_wrap": "size", "fsdp_cpu_offload": True},
+        {"strategy": "deepspeed", "zero_stage": 3, "zero_offload": "nvme", "gradient_accumulation": 8, "nodes": 2},
+        {"strategy": "deepspeed", "zero_stage": 1, "zero_offload": "cpu"},
+    ]
+    for fields in options:
+        out.append((JobSpec(procs_per_node=2, device="gpu", mixed_precision="bf16", **fields), True))  # type: ignore[arg-type]
     return out
 
 
@@ -67,7 +76,7 @@ def _argvs(tmp_path: Path, cases: list[tuple[JobSpec, bool]], *, with_config: bo
     argvs = []
     for index, (spec, use_gpu) in enumerate(cases):
         config = tmp_path / f"accelerate-{index}.yaml"
-        config.write_text(render(accelerate_config(spec, use_gpu=use_gpu, main_address="10.0.0.1", main_port=29500)))
+        config.write_text(render(accelerate_config(spec, use_gpu=use_gpu, main_address="10.0.0.1", main_port=29500)[0]))
         argv = accelerate_argv(spec, python=sys.executable, use_gpu=use_gpu, node_rank=spec.nodes - 1,
                                main_address="10.0.0.1", main_port=29500, target=LaunchTarget("nbtrain.runtime.worker"),
                                config_file=str(config) if with_config else None)
@@ -121,3 +130,30 @@ def test_fsdp_and_deepspeed_on_cpu_are_refused_with_the_reason() -> None:
         reason = strategy_refusal(JobSpec(procs_per_node=2, strategy=strategy), use_gpu=False)  # type: ignore[arg-type]
         assert reason is not None and f"--strategy {strategy} needs GPUs" in reason and "--strategy ddp" in reason
     assert strategy_refusal(JobSpec(procs_per_node=2), use_gpu=False) is None
+
+
+def test_a_teams_file_is_merged_under_nbtrains_launch_settings_and_flags(tmp_path: Path) -> None:
+    from nbtrain.backends.accelerate_config import read_team_config
+
+    team_file = tmp_path / "team.yaml"
+    team_file.write_text("num_processes: 64\nmain_process_port: 1\ndebug: true\nenable_cpu_affinity: true\n"
+                         "fsdp_config:\n  fsdp_activation_checkpointing: true\n  fsdp_auto_wrap_policy: NO_WRAP\n"
+                         "  fsdp_offload_params: false\n")
+    spec = JobSpec(procs_per_node=4, strategy="fsdp", fsdp_cpu_offload=True)  # type: ignore[arg-type]
+    config, source = accelerate_config(spec, use_gpu=True, main_address="10.0.0.1", main_port=29500,
+                                       team=read_team_config(str(team_file)))
+    assert config["num_processes"] == 4 and config["main_process_port"] == 29500  # the gang's shape is nbtrain's
+    assert config["debug"] is True and source["debug"] == "your file"
+    fsdp = config["fsdp_config"]
+    assert fsdp["fsdp_activation_checkpointing"] is True  # a key only the team sets
+    assert fsdp["fsdp_auto_wrap_policy"] == "NO_WRAP"  # the team's value beats nbtrain's default
+    assert fsdp["fsdp_offload_params"] is True  # an explicit flag beats the team's file
+    assert source["fsdp_config"] == "nbtrain + your file"
+
+
+def test_a_broken_team_file_is_named() -> None:
+    from nbtrain.backends.accelerate_config import read_team_config
+    from nbtrain.errors import SpecError
+
+    with pytest.raises(SpecError, match=r"--accelerate-config /nonexistent\.yaml: cannot read it"):
+        read_team_config("/nonexistent.yaml")

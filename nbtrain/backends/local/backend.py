@@ -17,7 +17,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from nbtrain.backends.accelerate_config import CONFIG_NAME, accelerate_config, render, strategy_refusal
+from nbtrain.backends.accelerate_config import (
+    CONFIG_NAME,
+    LAUNCH_KEYS,
+    accelerate_config,
+    read_team_config,
+    render,
+    strategy_refusal,
+)
 from nbtrain.backends.base import Capabilities, Plan, RunHandle, StoreBackedBackend
 from nbtrain.backends.hang import effective_stall_after
 from nbtrain.backends.launch import LaunchTarget, accelerate_argv, device_env
@@ -137,7 +144,13 @@ class LocalBackend(StoreBackedBackend):
         target = LaunchTarget("nbtrain.runtime.worker", (bundle_dir,))
         threads = max(1, (os.cpu_count() or 1) // max(1, spec.world_size))
         config_path = attempt_dir / CONFIG_NAME
-        config_text = render(accelerate_config(spec, use_gpu=use_gpu, main_address="127.0.0.1", main_port=port))
+        team = read_team_config(spec.accelerate_config) if spec.accelerate_config else None
+        config, source = accelerate_config(spec, use_gpu=use_gpu, main_address="127.0.0.1", main_port=port, team=team)
+        config_text = render(config)
+        if team is not None:
+            taken = sorted(k for k, v in source.items() if v != "nbtrain")
+            notices.append(f"--accelerate-config {spec.accelerate_config}: used {', '.join(taken) or 'nothing'} from "
+                           f"your file; nbtrain keeps the gang's shape and rendezvous ({', '.join(sorted(LAUNCH_KEYS))})")
         launchers: list[dict[str, Any]] = []
         for node in range(spec.nodes):
             ids = inventory.ids[node * spec.procs : (node + 1) * spec.procs] if use_gpu else ()
