@@ -77,6 +77,7 @@ class EventKind(str, enum.Enum):
     FAILURE = "failure"  # node, exit_code, signal, reason, traceback, last_lines (supervisor verdict)
     NOTICE = "notice"  # message                           (one-time information for the user)
     RESULT = "result"  # pickle_b64                        (rank 0's result when no shared disk exists)
+    PARAMS = "params"  # values{name: str}, project         (Accelerator.init_trackers' config, from rank 0)
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
 """Patches applied in the worker before user code runs (the only monkey-patching in nbtrain).
 
-Why patch: users write plain Accelerate code (``accelerator.log``) and must not have to pass an nbtrain
-tracker; and a hung collective must not wait torch's 30-minute default.
+Why patch: users write plain Accelerate code (``accelerator.log``, ``init_trackers``, ``log_with=``) and must not
+have to pass an nbtrain tracker; a hung collective must not wait torch's 30-minute default; and progress is
+judged from steps and collectives (``nbtrain.runtime.progress``).
 """
 
 from __future__ import annotations
@@ -11,12 +12,14 @@ import functools
 import os
 from typing import Any
 
+from nbtrain.events import EventKind
 from nbtrain.runtime import context, metrics, progress
 
 
 def install() -> None:
     """Install every hook; safe to call twice."""
     _patch_accelerator_log()
+    _patch_trackers()
     _patch_process_group_timeout()
     progress.wrap_collectives()
 
@@ -40,6 +43,66 @@ def _patch_accelerator_log() -> None:
 
     log._nbtrain = True  # type: ignore[attr-defined]
     cls.log = log
+
+
+MAX_PARAM_CHARS = 500  # MLflow's limit on a param value
+
+
+def flatten_params(config: Any, prefix: str = "") -> dict[str, str]:
+    """``init_trackers``' config as flat ``{"optimizer.lr": "0.1"}`` strings (nested mappings joined with dots)."""
+    out: dict[str, str] = {}
+    if not isinstance(config, dict):
+        config = getattr(config, "__dict__", None) or {}
+    for key, value in config.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(flatten_params(value, f"{name}."))
+        else:
+            out[name] = str(value)[:MAX_PARAM_CHARS]
+    return out
+
+
+def _patch_trackers() -> None:
+    """``init_trackers(config=...)`` becomes the run's MLflow params; Accelerate's own MLflow tracker is not
+    started on the ranks (nbtrain's run already records ``accelerator.log``: a second MLflow run, made from a
+    rank that may not even reach the tracking server, would only split the record). Other trackers work as usual.
+    """
+    try:
+        import accelerate
+        import accelerate.accelerator as accelerator_module
+    except ImportError:
+        return
+    cls = accelerate.Accelerator
+    if not getattr(cls.init_trackers, "_nbtrain", False):
+        original_init = cls.init_trackers
+
+        @functools.wraps(original_init)
+        def init_trackers(self: Any, project_name: str, config: dict[str, Any] | None = None,
+                          init_kwargs: dict[str, Any] | None = None) -> Any:
+            ctx = context.current()
+            if ctx is not None and ctx.rank == 0 and config:
+                ctx.emit(EventKind.PARAMS, project=str(project_name), values=flatten_params(config))
+            return original_init(self, project_name, config=config, init_kwargs=init_kwargs)
+
+        init_trackers._nbtrain = True  # type: ignore[attr-defined]
+        cls.init_trackers = init_trackers
+    original_filter = accelerator_module.filter_trackers
+    if getattr(original_filter, "_nbtrain", False):
+        return
+
+    @functools.wraps(original_filter)
+    def filter_trackers(log_with: Any, logging_dir: Any = None) -> Any:
+        trackers = original_filter(log_with, logging_dir)
+        kept = [t for t in trackers if str(getattr(t, "name", t)).lower() != "mlflow"]
+        ctx = context.current()
+        if len(kept) != len(trackers) and ctx is not None and ctx.rank == 0:
+            ctx.emit(EventKind.NOTICE, message="Accelerator(log_with=...) asked for MLflow: nbtrain's MLflow run already "
+                     "records accelerator.log and init_trackers' config, so Accelerate's own MLflow tracker is not "
+                     "started on the ranks (the other trackers are)")
+        return kept
+
+    filter_trackers._nbtrain = True  # type: ignore[attr-defined]
+    accelerator_module.filter_trackers = filter_trackers
 
 
 def _patch_process_group_timeout() -> None:
