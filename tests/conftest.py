@@ -19,14 +19,15 @@ pytest_plugins = ["pytest_jupyter.jupyter_server"]
 
 
 def gang_survivors(run_ids: set[str] | None = None) -> list[int]:
-    """Live processes of the gangs/supervisors of ``run_ids`` (default: the runs of the current NBTRAIN_HOME)."""
+    """Live processes of the gangs/supervisors/tracking agents of ``run_ids`` (default: the runs of NBTRAIN_HOME)."""
     if run_ids is None:
         home = os.environ.get("NBTRAIN_HOME")
         runs = Path(home) / "runs" if home else None
         run_ids = {p.name for p in runs.iterdir()} if runs is not None and runs.is_dir() else set()
     if not run_ids:
         return []
-    return sorted(set(pids_with_env("NBTRAIN_RUN_ID", run_ids)) | set(pids_with_env("NBTRAIN_SUPERVISOR_OF", run_ids)))
+    return sorted(set(pids_with_env("NBTRAIN_RUN_ID", run_ids)) | set(pids_with_env("NBTRAIN_SUPERVISOR_OF", run_ids))
+                  | set(pids_with_env("NBTRAIN_TRACKING_OF", run_ids)))
 
 
 @pytest.fixture

@@ -1,7 +1,9 @@
 """One launch path for a new run (submit, rerun) and a new attempt of a run (resume).
 
-Order, always: plan (every check; nothing runs), record, submit, keep the handle ``submit`` returned.
-A failure at any step leaves the store as it was: no pending run, no half-recorded attempt.
+Order, always: plan (every check; nothing runs), record, submit, keep the handle ``submit`` returned,
+then start the run's MLflow tracking agent (a detached process beside the run: tracking does not depend
+on anyone watching). A failure up to the submit leaves the store as it was: no pending run, no
+half-recorded attempt.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ def start_new_run(store: Store, backend: Backend, plan: Plan, *, kind: str, note
         raise
     record.handle = dict(handle.data)
     store.save(record)
+    _start_tracking_agent(store, record)
     return record
 
 
@@ -85,7 +88,22 @@ def start_attempt(store: Store, backend: Backend, record: RunRecord, plan: Plan,
         raise
     record.handle = dict(handle.data)
     store.save(record)
+    _start_tracking_agent(store, record)  # after the save: an agent finishing the last attempt sees this one
     return handle
+
+
+def _start_tracking_agent(store: Store, record: RunRecord) -> None:
+    """Start the run's tracking agent (tracking on); never fails the launch: the gang runs already.
+
+    A failure to start it is not lost: ``Run._start_tracking``, which follows every client launch, tries
+    again and shows why as a run notice.
+    """
+    from nbtrain.tracking.starter import ensure_agent  # stdlib only; mlflow is imported by the agent
+
+    try:
+        ensure_agent(store, record)
+    except Exception:  # noqa: BLE001 - see the docstring
+        pass
 
 
 def backend_for(record: RunRecord, store: Store) -> Backend:

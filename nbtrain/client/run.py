@@ -33,6 +33,9 @@ class Run:
     ``status()``, ``wait()``, ``logs()``, ``metrics()``, ``result()``, ``cancel()``, ``failure``.
     """
 
+    #: How long ``wait`` waits, after the run ended, for its tracking agent to complete the MLflow run.
+    TRACKING_WAIT_S = 60.0
+
     def __init__(self, record: RunRecord, store: Store, backend: Backend | None = None) -> None:
         self.record = record
         self.store = store
@@ -40,7 +43,8 @@ class Run:
         self.handle = RunHandle(record.backend, record.run_id, record.handle)  # the current attempt's
         self._watcher = RunWatcher(self.backend, lambda: self.handle, self._note_status, name=f"nbtrain-watch-{self.id}")
         self._lock = self._watcher.lock
-        self._tracker: Any = None
+        self._tracking = False  # this handle made sure the run's tracking agent runs (_start_tracking)
+        self._agent_problems: Any = None
         self._monitor: Any = None
         self._display: Any = None
         self._last_status: RunStatus | None = None  # the backend's latest answer (snapshot(refresh=False))
@@ -88,7 +92,22 @@ class Run:
             self.record.ended = status.ended or time.time()
             failure = status.failure or self.view.failure
             self.record.failure = failure.to_dict() if failure else None
-            self.store.save(self.record)
+            self._save_verdict()
+
+    def _save_verdict(self) -> None:
+        """Save the record with this handle's verdict, without undoing what another process saved since it was
+        loaded: the MLflow run id (the tracking agent's), or a newer attempt (a resume elsewhere: then the
+        verdict of this handle's attempt is stale and the file is left alone)."""
+        try:
+            on_disk = self.store.load(self.id)
+        except Exception:  # noqa: BLE001 - unreadable or gone: this handle's copy is what there is
+            on_disk = None
+        if on_disk is not None:
+            newest = max([int(a.get("attempt", 0)) for a in on_disk.attempts] + [-1])
+            if newest > max([int(a.get("attempt", 0)) for a in self.record.attempts] + [-1]):
+                return
+            self.record.tracking_run_id = self.record.tracking_run_id or on_disk.tracking_run_id
+        self.store.save(self.record)
 
     @property
     def failure(self) -> Failure | None:
@@ -121,6 +140,7 @@ class Run:
             raise
         finally:
             line.close()
+        self._await_tracking(state)
         self._refresh_display()
         if state is RunState.FAILED and raise_on_failure:
             failure = self.failure
@@ -211,6 +231,7 @@ class Run:
         """Launch a new attempt of this run with ``bundle_digest`` (``--resume RUN`` passes the cell's new bundle)."""
         plan = self.plan_resume(bundle_digest)
         self.handle = launch.start_attempt(self.store, self.backend, self.record, plan, kind=kind)
+        self._start_tracking()
         self.watch()
         return self
 
@@ -244,27 +265,57 @@ class Run:
         self.status()
 
     # -- watcher ----------------------------------------------------------------------------------
-    def subscribe(self, listener: Callable[[Batch], None], *, lines: bool = True) -> None:
+    def subscribe(self, listener: Callable[[Batch], None], *, lines: bool = True, watch: bool = True) -> None:
         """Call ``listener(batch)`` from the watcher thread for everything new (events, and lines if ``lines``).
 
-        Listeners must not print or display (output would land in whatever cell runs then).
+        Listeners must not print or display (output would land in whatever cell runs then). ``watch=False``:
+        no watcher thread is started; the listener is called by this handle's own reads (``sync``, ``wait``).
         """
         self._watcher.subscribe(listener, lines=lines)
-        self.watch()
+        if watch:
+            self.watch()
 
     def _start_tracking(self) -> None:
-        """Forward this run to MLflow from the notebook side (once per handle; nothing with tracking off)."""
-        if self.spec.tracking and tracking_default() and self._tracker is None:
-            from nbtrain.tracking import TrackingForwarder
+        """Make sure the run's MLflow tracking agent runs (nothing with tracking off, or when MLflow has it all).
 
-            self._tracker = TrackingForwarder(self)
-            self.subscribe(self._tracker.on_batch, lines=False)
+        Forwarding happens in that detached process (:mod:`nbtrain.tracking.agent`), never in this one: this
+        handle only reads what it leaves (the link, its problems as notices) and ``wait`` waits for it to
+        complete the MLflow run. Called at submit, attach and resume; an agent that died is replaced here.
+        """
+        if not (self.spec.tracking and tracking_default()):
+            return
+        from nbtrain.tracking.starter import AgentProblems, ensure_agent
+
+        try:
+            ensure_agent(self.store, self.record)
+        except Exception as error:  # noqa: BLE001 - the run goes on; tracking says why it cannot
+            self.notice(f"MLflow tracking of run {self.id}: could not start its tracking agent "
+                        f"({type(error).__name__}: {error}); attach again to retry.")
+        if not self._tracking:
+            self._tracking = True
+            problems = self._agent_problems = AgentProblems(self.store.run_dir(self.id))
+
+            def show_problems(batch: Batch) -> None:  # on the watcher thread: a stat every 2 s at most
+                message = problems.poll()
+                if message:
+                    self.notice(message)
+
+            self.subscribe(show_problems, lines=False)
+
+    def _await_tracking(self, state: RunState) -> None:
+        """After the run ended: wait (bounded) until the tracking agent completed the MLflow run."""
+        if not self._tracking or not state.terminal:
+            return
+        from nbtrain.tracking.starter import wait_finalized
+
+        snap = self.snapshot(refresh=False)
+        ledger = wait_finalized(self.store, self.id, attempt=snap.attempt, state=snap.state.value,
+                                timeout=self.TRACKING_WAIT_S)
+        self.record.tracking_run_id = self.record.tracking_run_id or ledger.mlflow_run_id
 
     def close(self) -> None:
-        """Stop following the run in this process (the run goes on); flushes what tracking buffered."""
+        """Stop following the run in this process (the run goes on, and so does its MLflow tracking agent)."""
         self.stop_watching()
-        if self._tracker is not None:
-            self._tracker.close()
 
     def watch(self) -> None:
         """Start the single background watcher of this handle (no-op if running or the run ended)."""

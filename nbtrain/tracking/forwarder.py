@@ -1,16 +1,17 @@
-"""TrackingForwarder: one run's events -> one MLflow run, from the notebook side.
+"""TrackingForwarder: one run's events -> one MLflow run, outside the workers.
 
-The run's watcher calls :meth:`TrackingForwarder.on_batch` with what it read; the forwarder keeps
-rank 0's and the supervisor's events and hands them to its own thread, which does all MLflow I/O
+It runs in the run's tracking agent (:mod:`nbtrain.tracking.agent`, a detached process beside the run),
+not in the kernel; nothing in it depends on which process it runs in. The agent's loop calls
+:meth:`TrackingForwarder.on_batch` with what it read; the forwarder keeps rank 0's and the
+supervisor's events and hands them to its own thread, which does all MLflow I/O
 (import, run creation, ``log_batch``, artifact upload). So a slow or unreachable tracking server never
-holds the run's lock: ``run.metrics()``, the monitor and ``wait()`` keep working. The one wait: when
-the run turns terminal, ``on_batch`` waits (at most ``FINAL_WAIT_S``) for the final flush, artifacts
-and status, so ``run.wait()`` returns with the MLflow run complete.
+holds the run's lock. The one wait: when the run turns terminal, ``on_batch`` waits (at most
+``FINAL_WAIT_S``) for the final flush, artifacts and status.
 
 Exactly once (see :mod:`nbtrain.tracking.ledger`): only the process holding ``runs/<id>/tracking.lock``
 (``fcntl.flock``, non-blocking, released by the kernel when the process dies) forwards. It starts by
 re-reading the run's events from the backend and skipping those at or below the ledger's marks, so a
-forwarder that takes over after a kernel died misses nothing and repeats nothing. Points carry the
+forwarder that takes over after an agent (or a kernel) died misses nothing and repeats nothing. Points carry the
 event's own time, so even a ``log_batch`` that succeeded just before a crash (mark not yet written)
 is re-sent as identical rows, which MLflow's SQL store ignores.
 
@@ -48,10 +49,11 @@ ATTEMPT_METRIC = "nbtrain.attempt"
 
 
 class TrackingForwarder:
-    """Forwards one run's events to MLflow from the notebook side (works when workers cannot reach MLflow).
+    """Forwards one run's events to MLflow from outside the gang (works when workers cannot reach MLflow).
 
     - Lazily, on the first :meth:`on_batch`, creates (or finds, by its ``nbtrain.run_id`` tag) the MLflow
-      run in experiment ``--experiment``, else the notebook's name, else "nbtrain"; tracking URI =
+      run in experiment ``experiment`` (the agent passes the one the launching process chose), else
+      ``--experiment``, else the notebook's name, else "nbtrain"; tracking URI =
       ``tracking_uri``, else MLflow's own (``MLFLOW_TRACKING_URI``, else ``sqlite:///mlflow.db`` in the
       current directory). Params: the JobSpec (``nbtrain.*``) and the cell's captured literals. Tags:
       identity, source, git commit, versions, gang shape.
@@ -69,9 +71,10 @@ class TrackingForwarder:
     SAVE_S = 0.5
     BACKOFF_S = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 
-    def __init__(self, run: Run, *, tracking_uri: str | None = None) -> None:
+    def __init__(self, run: Run, *, tracking_uri: str | None = None, experiment: str | None = None) -> None:
         self.run = run
         self.requested_uri = tracking_uri
+        self.requested_experiment = experiment
         self.error: str | None = None  # the last failure, as shown in the notice (None once it works again)
         self._dir = run.store.run_dir(run.id)
         self._ledger_path = self._dir / LEDGER_NAME
@@ -341,7 +344,7 @@ class TrackingForwarder:
         sink = MlflowSink(uri)
         if existing is None:
             self._phase = "create the MLflow run"
-            experiment_id = sink.experiment_id(experiment_name(record.spec, record.notebook))
+            experiment_id = sink.experiment_id(self.requested_experiment or experiment_name(record.spec, record.notebook))
             found = sink.find_run(experiment_id, record.run_id)
             if found is not None:
                 existing, logged = found
@@ -357,8 +360,19 @@ class TrackingForwarder:
         self._ledger.save(self._ledger_path)
         if record.tracking_run_id != existing:
             record.tracking_run_id = existing
-            self.run.store.save(record)
+            self._link_record(existing)
         self._sink = sink
+
+    def _link_record(self, mlflow_run_id: str) -> None:
+        """Save the MLflow run id in the run's record as it is on disk now (not this handle's older copy:
+        another process, e.g. the kernel that launched the run, may have saved it since)."""
+        store = self.run.store
+        try:
+            record = store.load(self.run.id)
+        except Exception:  # noqa: BLE001 - unreadable: this handle's copy is the best there is
+            record = self.run.record
+        record.tracking_run_id = mlflow_run_id
+        store.save(record)
 
     def _read_all(self) -> list[Event]:
         """Every event of rank 0 and the supervisor from the start (a fresh cursor, read to its end)."""

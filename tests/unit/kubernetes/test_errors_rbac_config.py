@@ -66,10 +66,13 @@ def test_rbac_is_a_valid_minimal_namespaced_role() -> None:
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "notebook", "namespace": "ml"}]
     granted = {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
     resources = {r for _, r, _ in granted}
-    assert "secrets" not in resources and "pods/exec" not in resources and "*" not in resources
+    assert "pods/exec" not in resources and "*" not in resources
+    # Secrets: only to create each attempt's event-key Secret and read it back (attach); never list/watch them all
+    assert {v for _, r, v in granted if r == "secrets"} == {"create", "get"}
     assert not any(v in ("*", "update", "patch", "escalate", "bind", "impersonate") for _, _, v in granted)
     for needed in [("batch", "jobs", "create"), ("batch", "jobs", "delete"), ("batch", "jobs", "watch"),
                    ("", "pods", "watch"), ("", "pods/log", "get"), ("", "configmaps", "create"),
+                   ("", "secrets", "create"), ("", "secrets", "get"),
                    ("", "services", "create"), ("", "events", "list"), ("kubeflow.org", "pytorchjobs", "create"),
                    ("jobset.x-k8s.io", "jobsets", "create")]:
         assert needed in granted, needed

@@ -1,0 +1,204 @@
+"""``python -m nbtrain.tracking.agent RUN_ID``: forward one run to MLflow, beside the run, without a kernel.
+
+Started detached (own session) by :func:`nbtrain.tracking.starter.ensure_agent` when a run is launched or
+attached. It follows the run the way ``attach`` does (a :class:`~nbtrain.client.Run` on the store and the
+backend; for Kubernetes that makes it the run's mirror unless another process mirrors already) and hands
+every batch to the one :class:`~nbtrain.tracking.forwarder.TrackingForwarder`, whose ledger and forwarding
+lock keep MLflow exactly once whoever forwards. It exits once the run is terminal and MLflow has all of it
+(status, artifacts), or after ``--settle-s`` seconds of failing to get there (a later attach starts a new
+agent, which picks up from the ledger).
+
+One agent per run: it holds ``runs/<id>/tracking-agent.lock`` for its whole life. When a resume launched a
+new attempt while it was finishing the previous one, it goes on with the new attempt instead of exiting
+(the resume's own start found the lock taken).
+
+Output goes to ``runs/<id>/tracking-agent.log`` (stdout and stderr), with the tracking URI's credentials
+masked; the latest MLflow problem also goes to ``tracking-agent.state.json``, which kernels show as a notice.
+SIGTERM or SIGINT ends the agent (never the run); whatever was not sent yet is sent by the next one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from types import FrameType
+
+from nbtrain.store import Store, write_json_atomic
+from nbtrain.tracking.ledger import Ledger
+from nbtrain.tracking.links import LEDGER_NAME
+from nbtrain.tracking.starter import AGENT_LOCK, AGENT_STATE, finalized, redact
+
+__all__ = ["main"]
+
+POLL_S = 0.5  # status + new events; the forwarder batches to MLflow every second anyway
+SETTLE_S = 600.0  # after the run ends: how long to keep trying to complete the MLflow run
+LOCK_WAIT_S = 2.0  # a kernel probing the lock holds it for an instant; another agent holds it for good
+
+
+class AgentLock:
+    """``tracking-agent.lock``: flock held for the agent's life, its pid written inside."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.path = run_dir / AGENT_LOCK
+        self.fd: int | None = None
+
+    def acquire(self, wait_s: float = LOCK_WAIT_S) -> bool:
+        """Take the lock, retrying for ``wait_s`` (probes); False when another agent holds it."""
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError:
+                if time.monotonic() >= deadline:
+                    os.close(fd)
+                    return False
+                time.sleep(0.05)
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self.fd = fd
+        return True
+
+    def release(self) -> None:
+        """Let go (idempotent)."""
+        fd, self.fd = self.fd, None
+        if fd is not None:
+            os.close(fd)
+
+
+class _Log:
+    """Timestamped lines on stdout (the agent's log file), with the URI's credentials masked."""
+
+    def __init__(self, run_id: str, uri: str | None) -> None:
+        self.run_id = run_id
+        self.uri = uri
+
+    def __call__(self, message: str) -> None:
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+        print(f"{stamp} tracking agent {os.getpid()} of {self.run_id}: {redact(message, self.uri)}", flush=True)
+
+
+def _stop(signum: int, frame: FrameType | None) -> None:
+    raise SystemExit(128 + signum)  # not KeyboardInterrupt: nothing here may cancel the run
+
+
+def follow(store: Store, run_id: str, *, tracking_uri: str | None, experiment: str | None, lock: AgentLock,
+           log: _Log, settle_s: float = SETTLE_S) -> int:
+    """Forward ``run_id`` until it ends and MLflow has all of it; 0 when complete, 1 when given up."""
+    from nbtrain.client import Run
+    from nbtrain.tracking.forwarder import TrackingForwarder
+
+    ledger_path = store.run_dir(run_id) / LEDGER_NAME
+    state_path = store.run_dir(run_id) / AGENT_STATE
+    reported: list[str | None] = [None]
+
+    def report(forwarder: TrackingForwarder) -> None:
+        error = forwarder.error
+        if error != reported[0]:
+            reported[0] = error
+            if error:
+                log(error)
+            write_json_atomic(state_path, {"error": redact(error, tracking_uri) if error else None,
+                                           "pid": os.getpid(), "updated": time.time()})
+
+    while True:
+        record = store.load(run_id)
+        if not record.spec.tracking:
+            log("the run is not tracked (--no-tracking): nothing to do")
+            return 0
+        run = Run(record, store)
+        forwarder = TrackingForwarder(run, tracking_uri=tracking_uri, experiment=experiment)
+        run.subscribe(forwarder.on_batch, lines=False, watch=False)  # fed by the loop below, on this thread
+        log(f"following attempt {run.handle.attempt}")
+        try:
+            while True:
+                state = run.status()
+                run.sync()  # the forwarder's on_batch: new events, and the final flush once terminal
+                report(forwarder)
+                if state.terminal:
+                    break
+                time.sleep(POLL_S)
+            snap = run.snapshot(refresh=False)
+            deadline = time.monotonic() + settle_s
+            while not finalized(Ledger.load(ledger_path), snap.attempt, snap.state.value):
+                if time.monotonic() >= deadline:
+                    log(f"gave up after {settle_s:.0f} s: the MLflow run is not complete; attaching to the run "
+                        "starts a new agent, which goes on from what was sent")
+                    return 1
+                forwarder.flush(timeout=min(30.0, max(1.0, deadline - time.monotonic())))
+                report(forwarder)
+                time.sleep(1.0)
+        finally:
+            forwarder.close()
+        log(f"attempt {snap.attempt} {snap.state.value}: the MLflow run is complete")
+        # A resume may have launched a new attempt meanwhile and found our lock taken: go on with it.
+        lock.release()
+        fresh = store.load(run_id)
+        newer = max([int(a.get("attempt", 0)) for a in fresh.attempts] + [-1]) > snap.attempt
+        if not newer or not lock.acquire():
+            return 0
+        time.sleep(POLL_S)  # the resume may still be submitting (its handle lands in the record after)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point (see the module docstring); the exit code says whether the MLflow run is complete."""
+    parser = argparse.ArgumentParser(prog="python -m nbtrain.tracking.agent",
+                                     description="Forward one nbtrain run to MLflow until it ends.")
+    parser.add_argument("run_id")
+    parser.add_argument("--store", help="the store's root (default: NBTRAIN_HOME or ~/.nbtrain)")
+    parser.add_argument("--experiment", help="MLflow experiment for a new MLflow run (default: as the kernel's)")
+    parser.add_argument("--settle-s", type=float, default=SETTLE_S,
+                        help="after the run ends, how long to keep trying to complete the MLflow run")
+    args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    os.umask(0o077)
+    store = Store(args.store) if args.store else Store()
+    uri = os.environ.get("MLFLOW_TRACKING_URI") or None  # set by the starter: the launching process's choice
+    log = _Log(args.run_id, uri)
+    run_dir = store.run_dir(args.run_id)
+    if not (run_dir / "record.json").is_file():
+        log(f"no run {args.run_id} in {store.root}")
+        return 2
+    lock = AgentLock(run_dir)
+    if not lock.acquire():
+        log("another tracking agent follows this run; exiting")
+        return 0
+    log(f"started (MLflow {uri or 'default'}, experiment {args.experiment!r})")
+    try:
+        code = follow(store, args.run_id, tracking_uri=uri, experiment=args.experiment, lock=lock, log=log,
+                      settle_s=args.settle_s)
+    except SystemExit as stop:
+        log(f"stopped by a signal ({stop.code}); the next agent goes on from what was sent")
+        code = 1
+    except Exception as error:  # noqa: BLE001 - logged, then a non-zero exit: attach starts a new agent
+        import traceback
+
+        log(f"failed: {type(error).__name__}: {error}\n{traceback.format_exc()}")
+        code = 1
+    finally:
+        _stop_mirrors()
+        lock.release()
+    log(f"exiting ({code})")
+    return code
+
+
+def _stop_mirrors() -> None:
+    """A Kubernetes run is mirrored by whichever process follows it: here, often. Let the mirror end cleanly."""
+    backend = sys.modules.get("nbtrain.backends.kubernetes.backend")
+    stop = getattr(backend, "stop_mirrors", None)
+    if stop is not None:
+        try:
+            stop(10.0)
+        except Exception:  # noqa: BLE001 - exiting anyway; the next follower takes the mirror over
+            pass
+
+
+if __name__ == "__main__":
+    sys.exit(main())
