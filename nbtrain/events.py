@@ -36,6 +36,7 @@ from typing import Any
 
 __all__ = [
     "EVENT_KEY_BYTES",
+    "NOT_FROM_RANKS",
     "SCHEMA_VERSION",
     "STREAM_MARKER",
     "Event",
@@ -78,6 +79,11 @@ class EventKind(str, enum.Enum):
     NOTICE = "notice"  # message                           (one-time information for the user)
     RESULT = "result"  # pickle_b64                        (rank 0's result when no shared disk exists)
     PARAMS = "params"  # values{name: str}, project         (Accelerator.init_trackers' config, from rank 0)
+
+
+#: Kinds only nbtrain itself reports (the supervisor, the Kubernetes mirror), never a rank: a pod's output
+#: is never taken to carry one. Add here any new kind that is not a worker's to send.
+NOT_FROM_RANKS = frozenset({EventKind.STATE, EventKind.FAILURE})
 
 
 @dataclass(frozen=True)

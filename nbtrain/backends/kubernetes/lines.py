@@ -19,26 +19,20 @@ import itertools
 import re
 from dataclasses import dataclass
 
-from nbtrain.events import Event, EventKind, parse_stream_line
+from nbtrain.events import NOT_FROM_RANKS, Event, parse_stream_line
 
-__all__ = ["RANK_EVENT_KINDS", "Expect", "LineSplitter", "Record"]
+__all__ = ["Expect", "LineSplitter", "Record"]
 
 _INNER_PREFIX = re.compile(r"\[(?:rank|default)[0-9]{1,9}\]:")
 _PREFIX = re.compile(r"^\[(?:rank|default)?([0-9]{1,9})\]:")  # what nbtrain.events.parse_stream_line accepts
 MAX_PARTIAL = 1024 * 1024  # a "line" that never ends (e.g. \r progress bars) is cut here
-
-#: What a worker reports (nbtrain.runtime); STATE and FAILURE come from nbtrain itself, never from a pod.
-RANK_EVENT_KINDS = frozenset({
-    EventKind.RANK_START, EventKind.ENV, EventKind.METRIC, EventKind.HEARTBEAT, EventKind.CHECKPOINT,
-    EventKind.RANK_ERROR, EventKind.RANK_DONE, EventKind.NOTICE, EventKind.RESULT,
-})
 
 
 @dataclass(frozen=True)
 class Expect:
     """What an event line of this attempt must satisfy: tagged with ``key``, from ``attempt``, by a rank
     below ``world`` whose line it is (its own ``[rankN]:`` prefix, when the line has one), of a kind a
-    rank reports. ``key=None``: nothing is an event (no key to check tags with)."""
+    rank reports (not one of :data:`nbtrain.events.NOT_FROM_RANKS`). ``key=None``: nothing is an event."""
 
     key: bytes | None
     attempt: int
@@ -51,7 +45,7 @@ class Expect:
         """``event`` (already authenticated) is one a rank of this attempt sends on its own stdout."""
         rank = event.rank
         return (rank is not None and 0 <= rank < self.world and event.source == f"rank-{rank}"
-                and event.attempt == self.attempt and event.kind in RANK_EVENT_KINDS
+                and event.attempt == self.attempt and event.kind not in NOT_FROM_RANKS
                 and (line_rank is None or line_rank == rank))
 
 

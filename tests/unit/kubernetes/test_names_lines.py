@@ -135,3 +135,19 @@ def test_printed_text_cannot_swallow_a_whole_genuine_event() -> None:
 
 def test_record_reprs_never_show_the_key() -> None:
     assert KEY.hex() not in repr(EXPECT) and str(KEY) not in repr(EXPECT)
+
+
+def test_every_kind_the_runtime_reports_is_accepted_from_its_rank() -> None:
+    import re
+    from pathlib import Path
+
+    import nbtrain.runtime
+
+    runtime = Path(nbtrain.runtime.__file__).parent
+    kinds = {EventKind[name] for path in runtime.glob("*.py")
+             for name in re.findall(r"EventKind\.([A-Z_]+)", path.read_text())}
+    assert EventKind.RESULT in kinds and EventKind.RANK_DONE in kinds
+    for kind in kinds:
+        splitter = LineSplitter(EXPECT)
+        (record,) = splitter.feed("[rank2]:" + stream_event_line(KEY, _event(1, {}, rank=2, kind=kind)))
+        assert record.event is not None and record.event.kind is kind, kind
