@@ -66,6 +66,15 @@ def _print_json(data: Any) -> None:
     print(json.dumps(data, indent=2, sort_keys=True, default=str))
 
 
+def _spec_json(spec: Any) -> dict[str, Any]:
+    """``spec.to_dict()`` with secret-looking ``--env`` values as ``***`` (output is shown, logged, pasted in issues)."""
+    from nbtrain.secrets import redact_env
+
+    data: dict[str, Any] = spec.to_dict()
+    data["env"] = redact_env(data.get("env") or {})
+    return data
+
+
 def _run_json(run: Any, *, metrics: bool = False) -> dict[str, Any]:
     state = run.status()
     record = run.record
@@ -79,7 +88,7 @@ def _run_json(run: Any, *, metrics: bool = False) -> dict[str, Any]:
         run.sync()
         data["failure"] = record.failure if state.value == "failed" else None
         data["last_metrics"] = run.view.last_metrics(0)
-        data["spec"] = run.spec.to_dict()
+        data["spec"] = _spec_json(run.spec)
     return data
 
 
@@ -238,7 +247,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
     if args.json:
         _print_json({
             "directory": str(result.directory), "cell": result.cell, "digest": result.job.digest,
-            "spec": result.spec.to_dict(), "files": sorted(result.job.files),
+            "spec": _spec_json(result.spec), "files": sorted(result.job.files),
             "parameters": [{"name": p.name, "option": p.option, "type": p.kind, "default": p.default}
                            for p in result.job.parameters],
             "computed": list(result.computed), "kubernetes": list(result.job.k8s),

@@ -146,8 +146,10 @@ class Backend(abc.ABC):
         Starts nothing, writes nothing.
         """
         from nbtrain.flags import check_supported
+        from nbtrain.secrets import refuse_secret_env
 
         check_supported(spec, self.name)
+        refuse_secret_env(spec.env, backend=self.name, allow=spec.allow_secrets)
         return self._plan(spec, bundle_dir, bundle_digest, run_id, attempt=attempt)
 
     @abc.abstractmethod

@@ -20,6 +20,7 @@ from nbtrain.client.watcher import RunWatcher
 from nbtrain.errors import NbtrainError, RunFailedError
 from nbtrain.events import Event
 from nbtrain.model import Batch, Failure, LogPage, RunSnapshot, RunState, RunStatus
+from nbtrain.secrets import redact_url
 from nbtrain.spec import JobSpec, tracking_default
 from nbtrain.store import RunRecord, Store
 from nbtrain.view import RunView
@@ -341,15 +342,19 @@ class Run:
                 self.view.notices.append(message)
 
     def tracking_url(self) -> str | None:
-        """The run's "Open in MLflow" link; None when there is none (not tracked yet, a local MLflow store)."""
+        """The run's "Open in MLflow" link; None when there is none (not tracked yet, a local MLflow store).
+
+        For display (the monitor, REST, the CLI): credentials in the tracking URI never appear in it.
+        """
         try:
             from nbtrain.tracking.links import tracking_url
         except ImportError:
             return None
         try:
-            return tracking_url(self.record, store=self.store)
+            url = tracking_url(self.record, store=self.store)
         except Exception:  # noqa: BLE001 - a link is optional: an unreadable ledger means no link
             return None
+        return None if url is None else redact_url(url)
 
     def snapshot(self, *, refresh: bool = True) -> RunSnapshot:
         """An immutable picture of the run now (state from the backend, the rest from the events read so far).

@@ -31,6 +31,7 @@ from typing import Any
 from nbtrain.bundle.model import Bundle, CapturedName, CaptureKind
 from nbtrain.bundle.reader import MANIFEST_NAME
 from nbtrain.errors import SpecError
+from nbtrain.secrets import looks_secret
 from nbtrain.spec import JobSpec
 
 from .manifests import Manifests, kubernetes_manifests
@@ -95,7 +96,15 @@ def build_job_files(
 
     ``origin`` says where the job came from (for the README); ``computed`` lists values re-run on the
     workers; ``manifests`` defaults to asking the kubernetes backend for every flavor.
+
+    A job directory is meant to be shared and versioned, so secret-looking ``--env`` entries
+    (:func:`nbtrain.secrets.looks_secret`, even under ``--allow-secrets``) are left out of every file, with a note
+    saying how to pass them instead. Left out, not written as ``***``: a masked value would replace the real one
+    the ranks inherit from the environment of ``nbtrain submit``.
     """
+    spec, left_out = _without_secret_env(spec)
+    if left_out:
+        notes = [*notes, _left_out_note(left_out)]
     files: dict[str, bytes] = {_RENAMES.get(rel, rel): data for rel, data in bundle.files.items()}
     files[MANIFEST_NAME] = bundle.manifest_bytes
 
@@ -160,6 +169,21 @@ def build_job_files(
         k8s_missing=missing_reason,
         notes=tuple(notes),
     )
+
+
+def _without_secret_env(spec: JobSpec) -> tuple[JobSpec, list[str]]:
+    """``spec`` without its secret-looking ``--env`` entries, and their names."""
+    left_out = sorted(name for name, value in spec.env.items() if looks_secret(name, value))
+    if not left_out:
+        return spec, []
+    return spec.with_changes(env={k: v for k, v in spec.env.items() if k not in left_out}), left_out
+
+
+def _left_out_note(names: Sequence[str]) -> str:
+    listed = ", ".join(names)
+    return (f"--env {listed}: left out of nbtrain.toml and the manifests (looks like a secret). Pass it with "
+            f"--secret-env NAME=SECRET/KEY on Kubernetes, or keep it in the environment of `nbtrain submit`, "
+            "which the ranks of the local backend inherit.")
 
 
 def write_job_dir(job: JobFiles, out: Path) -> Path:

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from nbtrain.secrets import MASK, looks_secret, redact_env
 from nbtrain.spec import JobSpec
 
 __all__ = [
@@ -35,7 +36,6 @@ MAX_KEY = 250  # MLflow's limit on metric/param/tag names
 MAX_PARAM_VALUE = 6000  # MLflow 3's limit on a param value
 MAX_TAG_VALUE = 8000
 _BAD_KEY_CHARS = re.compile(r"[^/\w.\- :]")
-_MASK = "***"
 _ARGS, _KWARGS = "_nbtrain_args", "_nbtrain_kwargs"  # function bundles (see nbtrain.bundle.capture)
 
 
@@ -81,21 +81,16 @@ def _flatten(prefix: str, value: Any, out: dict[str, str]) -> None:
         out[mlflow_key(prefix)] = _clip(str(value.value if isinstance(value, enum.Enum) else value), MAX_PARAM_VALUE)
 
 
-def _secret_name(name: str) -> bool:
-    from nbtrain.bundle.secrets import looks_like_secret_name  # stdlib-only module, cheap
-
-    return looks_like_secret_name(name)
-
-
 def spec_params(spec: JobSpec) -> dict[str, str]:
     """Every JobSpec field as ``nbtrain.<field>`` (containers flattened: ``nbtrain.env.SEED``).
 
-    Empty containers are left out; values of secret-looking ``--env`` names are masked.
+    Empty containers are left out; secret-looking ``--env`` values are masked (:func:`nbtrain.secrets.redact_env`:
+    a secret name or a credential-looking value, the one heuristic capture and ``--env`` refuse by).
     """
     out: dict[str, str] = {}
     for field, value in spec.to_dict().items():
         if field == "env":
-            value = {k: (_MASK if _secret_name(k) else v) for k, v in value.items()}
+            value = redact_env(value)
         _flatten(f"nbtrain.{field}", value, out)
     return out
 
@@ -107,7 +102,8 @@ def literal_params(main_source: str, literal_names: list[str]) -> dict[str, str]
     top-level assignment in main.py is read with :func:`ast.literal_eval` (strings give their text,
     numbers their repr; containers and ``float('nan')`` keep their source text). For a function
     bundle, the call's keyword arguments become params of their own and positional ones ``args``.
-    Secret-looking names are masked. Unparseable main.py: no params.
+    Secret-looking ones (:func:`nbtrain.secrets.looks_secret`: the name or the value) are masked. Unparseable
+    main.py: no params.
     """
     wanted = set(literal_names)
     try:
@@ -133,7 +129,7 @@ def literal_params(main_source: str, literal_names: list[str]) -> dict[str, str]
             for key, item in value.items():
                 out[mlflow_key(key)] = _param_text(key, item, repr(item))
         elif name == _ARGS:
-            out["args"] = _clip(text, MAX_PARAM_VALUE)
+            out["args"] = _param_text("args", _NOT_LITERAL, text)
         elif name != _KWARGS:
             out[mlflow_key(name)] = _param_text(name, value, text)
     return out
@@ -143,8 +139,8 @@ _NOT_LITERAL = object()
 
 
 def _param_text(name: str, value: Any, text: str) -> str:
-    if _secret_name(name):
-        return _MASK
+    if looks_secret(name, value if isinstance(value, (str, bytes)) else text):
+        return MASK
     if isinstance(value, str):
         return _clip(value, MAX_PARAM_VALUE)
     if value is None or isinstance(value, (bool, int, float)):

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from nbtrain.events import Event, EventKind
 from nbtrain.model import Batch, RunSnapshot, RunState
+from nbtrain.secrets import redact_url
 from nbtrain.tracking.artifacts import new_run_params, new_run_tags, upload_artifacts
 from nbtrain.tracking.describe import experiment_name, mlflow_key, worker_tags
 from nbtrain.tracking.ledger import Entry, Ledger, Pending, Point, stream_key
@@ -293,8 +294,8 @@ class TrackingForwarder:
         self._reset(self._ledger)
         if self._ledger.mlflow_run_id is None:
             self._sink = None
-        where = self._uri or self.requested_uri or "the default tracking URI"
-        detail = str(error).strip().splitlines()[0][:300] if str(error).strip() else ""
+        where = redact_url(self._uri or self.requested_uri or "the default tracking URI")
+        detail = redact_url(str(error).strip().splitlines()[0])[:300] if str(error).strip() else ""
         self.error = (
             f"MLflow tracking of run {self.run.id} ({where}): could not {self._phase} "
             f"({type(error).__name__}{': ' + detail if detail else ''}); retrying in the background, "

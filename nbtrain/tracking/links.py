@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from urllib.parse import quote
 
+from nbtrain.secrets import redact_url
 from nbtrain.store import RunRecord, Store
 from nbtrain.tracking.ledger import Ledger
 
@@ -17,13 +18,14 @@ def run_url(tracking_uri: str | None, experiment_id: str | None, mlflow_run_id: 
     """The MLflow UI page of a run on an ``http(s)://`` tracking server; None for other stores.
 
     A local ``sqlite:///…/mlflow.db`` or ``file:`` store has no web server of its own (``mlflow ui`` in
-    that directory shows it), so no link is invented for it.
+    that directory shows it), so no link is invented for it. The link is for display: credentials in the
+    tracking URI (``https://user:password@host``) are left out (:func:`nbtrain.secrets.redact_url`).
     """
     if not tracking_uri or not experiment_id or not mlflow_run_id:
         return None
     if not tracking_uri.startswith(("http://", "https://")):
         return None
-    base = tracking_uri.rstrip("/")
+    base = redact_url(tracking_uri).rstrip("/")
     return f"{base}/#/experiments/{quote(experiment_id, safe='')}/runs/{quote(mlflow_run_id, safe='')}"
 
 
