@@ -11,7 +11,7 @@ from pathlib import Path
 import cloudpickle
 
 from nbtrain.bundle import capture_cell
-from nbtrain.events import EventKind, parse_stream_line
+from nbtrain.events import EventKind, encode_event_key, event_tag, new_event_key, parse_stream_line
 from nbtrain.runtime.shipping import runtime_files
 
 
@@ -25,9 +25,10 @@ def test_shipped_runtime_runs_a_bundle_and_streams_events(tmp_path: Path) -> Non
         "import nbtrain, sys\nprint('nbtrain from', nbtrain.__file__)\nnbtrain.log(step=0, loss=0.5)\nVALUE * 2\n",
         {"__name__": "__main__", "VALUE": 21},
     ).write(tmp_path / "bundles")
+    key = new_event_key()
     env = {k: v for k, v in os.environ.items() if not k.startswith("NBTRAIN_")}
     env.update(PYTHONPATH=str(runtime_root), NBTRAIN_RUN_ID="r-1", NBTRAIN_EVENT_STREAM="stdout", RANK="0",
-               PYTHONNOUSERSITE="1")
+               PYTHONNOUSERSITE="1", NBTRAIN_EVENT_KEY=encode_event_key(key))
     # -S would drop torch too; instead prove the shipped copy is the one imported
     out = subprocess.run([sys.executable, "-m", "nbtrain.runtime.worker", str(bundle_dir)], capture_output=True,
                          text=True, env=env, cwd=tmp_path, timeout=120)
@@ -35,7 +36,7 @@ def test_shipped_runtime_runs_a_bundle_and_streams_events(tmp_path: Path) -> Non
     events = []
     texts = []
     for line in out.stdout.splitlines():
-        _, event, text = parse_stream_line(line)
+        _, event, text = parse_stream_line(line, key=key)
         if event is not None:
             events.append(event)
         elif text:
@@ -50,8 +51,12 @@ def test_shipped_runtime_runs_a_bundle_and_streams_events(tmp_path: Path) -> Non
 
 
 def test_parse_stream_line_reads_torchelastic_prefixes() -> None:
-    assert parse_stream_line("[rank3]: hello") == (3, None, " hello")
-    assert parse_stream_line("[default1]:hello")[0] == 1
-    rank, event, text = parse_stream_line('[rank2]:partial@@nbtrain-event@@ {"v":1,"kind":"heartbeat","src":"rank-2",'
-                                          '"seq":4,"t":1.0,"attempt":0,"rank":2,"data":{"step":null}}')
-    assert rank == 2 and text == "partial" and event is not None and event.kind is EventKind.HEARTBEAT
+    key = bytes(range(32))
+    assert parse_stream_line("[rank3]: hello", key=key) == (3, None, " hello")
+    assert parse_stream_line("[default1]:hi", key=key)[0] == 1
+    text = '{"v":1,"kind":"heartbeat","src":"rank-2","seq":4,"t":1.0,"attempt":0,"rank":2,"data":{"step":null}}'
+    rank, event, rest = parse_stream_line(f"[rank2]:@@nbtrain-event@@ {event_tag(key, text)} {text}", key=key)
+    assert rank == 2 and rest == "" and event is not None and event.kind is EventKind.HEARTBEAT
+    # the marker counts only at the start of a line: text printed before it makes the whole line text
+    rank, event, rest = parse_stream_line(f"[rank2]:partial@@nbtrain-event@@ {event_tag(key, text)} {text}", key=key)
+    assert rank == 2 and event is None and rest.startswith("partial@@nbtrain-event@@ ")

@@ -51,6 +51,7 @@ _KINDS: dict[str, _Kind] = {
     "Pod": _Kind("pods", plural="pods"),
     "Service": _Kind("services", plural="services"),
     "ConfigMap": _Kind("configmaps", plural="configmaps"),
+    "Secret": _Kind("secrets", plural="secrets"),
     "Event": _Kind("events", plural="events"),
     "Job": _Kind("jobs.batch", "batch", "v1", "jobs"),
 }
@@ -212,6 +213,8 @@ class KubeApi:
                 return core.create_namespaced_service(namespace, obj, **extra)
             if kind == "ConfigMap":
                 return core.create_namespaced_config_map(namespace, obj, **extra)
+            if kind == "Secret":
+                return core.create_namespaced_secret(namespace, obj, **extra)
             k = _KINDS[kind]
             return custom.create_namespaced_custom_object(k.group, k.version, namespace, k.plural, dict(obj), **extra)
 
@@ -231,6 +234,8 @@ class KubeApi:
                 return core.read_namespaced_service(name, namespace, **extra)
             if kind == "ConfigMap":
                 return core.read_namespaced_config_map(name, namespace, **extra)
+            if kind == "Secret":
+                return core.read_namespaced_secret(name, namespace, **extra)
             k = _KINDS[kind]
             return custom.get_namespaced_custom_object(k.group, k.version, namespace, k.plural, name, **extra)
 

@@ -17,10 +17,9 @@ from __future__ import annotations
 import base64
 import binascii
 import functools
-import json
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +30,6 @@ from nbtrain.backends.kubernetes import manifests as mf
 from nbtrain.backends.kubernetes import names as nm
 from nbtrain.backends.kubernetes.api import KubeApi, kubeconfig_namespace
 from nbtrain.backends.kubernetes.config import KubeOptions
-from nbtrain.backends.kubernetes.errors import KubeApiError, api_error
 from nbtrain.backends.kubernetes.files import KEY_FILE, AttemptFiles
 from nbtrain.backends.kubernetes.mirror import Mirror, Target
 from nbtrain.backends.kubernetes.payload import build_payload
@@ -360,57 +358,33 @@ def _forget_key(root: Path, key: bytes | None) -> None:
 
 
 # -- Secrets -------------------------------------------------------------------------------------------
-# KubeApi (api.py, the one I/O module) does not know Secrets yet; until it does (create and get of kind
-# "Secret" through core/v1, errors through errors.api_error), these two calls make the same requests with
-# the same error mapping. Messages never carry the key: the request body is never quoted.
+# Through KubeApi (the one I/O module) like every object; an error message never carries the key.
 
 def _create_secret(api: KubeApi, obj: Mapping[str, Any], namespace: str, *, dry_run: bool, key: bytes | None) -> None:
     """Create the event-key Secret ``obj`` (``dry_run``: server-side, strict)."""
-    extra: dict[str, Any] = {"_preload_content": False, "_request_timeout": (10.0, 60)}
-    if dry_run:
-        extra.update(dry_run="All", field_validation="Strict")
-    name = str(obj["metadata"]["name"])
-    _secret_call(api, "create", namespace, name, key,
-                 lambda core: core.create_namespaced_secret(namespace, dict(obj), **extra))
+    try:
+        api.create(dict(obj), namespace, dry_run=dry_run)
+    except NbtrainError as error:
+        if key is None:
+            raise
+        raise _without_key(error, key) from None
 
 
 def _read_secret(api: KubeApi, name: str, namespace: str) -> dict[str, Any] | None:
     """The Secret ``name``, or None when it does not exist."""
-    try:
-        response = _secret_call(api, "get", namespace, name, None, lambda core: core.read_namespaced_secret(
-            name, namespace, _preload_content=False, _request_timeout=(10.0, 30)))
-    except KubeApiError as error:
-        if error.status == 404:
-            return None
-        raise
-    data = response.data if hasattr(response, "data") else response
-    result = json.loads(data) if isinstance(data, (bytes, str)) else data
-    return result if isinstance(result, dict) else None
+    return api.get("Secret", name, namespace)
 
 
-def _secret_call(api: KubeApi, verb: str, namespace: str, name: str, key: bytes | None,
-                 call: Callable[[Any], Any]) -> Any:
-    from kubernetes import client
-    from kubernetes.client.exceptions import ApiException
-
-    try:
-        return call(client.CoreV1Api(api._api_client()))
-    except ApiException as error:
-        body = error.body
-        if key is not None and body:
-            secret = encode_event_key(key)
-            text = body.decode("utf-8", "replace") if isinstance(body, bytes) else str(body)
-            body = text.replace(secret, "<event key>").replace(
-                base64.b64encode(secret.encode("ascii")).decode("ascii"), "<event key>")
-        raise api_error(error.status, body, verb=verb, resource="secrets", namespace=namespace, name=name,
-                        server=api.server) from None
-    except NbtrainError:
-        raise
-    except Exception as error:  # noqa: BLE001 - named by type only: a client-side message could quote the body
-        raise KubeApiError(
-            f"could not {verb} Secret {name!r} in namespace {namespace!r} at {api.server or 'the API server'}: "
-            f"{type(error).__name__}. Check the cluster and your kubeconfig (KUBECONFIG, NBTRAIN_K8S_CONTEXT)."
-        ) from None
+def _without_key(error: NbtrainError, key: bytes) -> NbtrainError:
+    """``error`` with every form of ``key`` in its message replaced (the API may echo a request body)."""
+    secret = encode_event_key(key)
+    text = str(error)
+    for form in (secret, base64.b64encode(secret.encode("ascii")).decode("ascii")):
+        text = text.replace(form, "<event key>")
+    clean = type(error).__new__(type(error))
+    clean.__dict__.update(error.__dict__)
+    clean.args = (text,)
+    return clean
 
 
 def _terminal(data: dict[str, Any] | None) -> bool:
