@@ -59,12 +59,17 @@ class BackendInfo:
 BACKENDS: Mapping[str, BackendInfo] = {
     "local": BackendInfo("local", "local", "runs processes on this machine"),
     "kubernetes": BackendInfo("kubernetes", "Kubernetes", "runs pods on a cluster"),
+    "slurm": BackendInfo("slurm", "Slurm", "runs a batch job on a Slurm cluster"),
 }
 # Options the shared `accelerate launch` command (nbtrain/backends/launch.py) or the per-rank environment
 # carry: every backend that launches through it honours them.
-_LAUNCH = frozenset({"local", "kubernetes"})
+_LAUNCH = frozenset({"local", "kubernetes", "slurm"})
 _K8S = frozenset({"kubernetes"})
-_CHECKPOINTS = frozenset({"local"})  # only the local supervisor restarts gangs and keeps checkpoints
+_SLURM = frozenset({"slurm"})
+# the nbtrain supervisor (local: on this machine; Slurm: inside the allocation) restarts gangs, keeps checkpoints
+# on a shared filesystem and watches the ranks' progress
+_CHECKPOINTS = frozenset({"local", "slurm"})
+_SUPERVISED = frozenset({"local", "slurm"})
 _LOCAL = frozenset({"local"})
 
 
@@ -146,7 +151,7 @@ OPTIONS: tuple[Option, ...] = (
        "0 runs one CPU process per node.", field="procs_per_node", toml="job.gpus", backends=_LAUNCH, metavar="N"),
     _o("--name", "str", "Run name, used in the run id (digits-3fa9c2).", field="name", toml="job.name",
        metavar="NAME"),
-    _o("--backend", "choice", "Where the gang runs: processes on this machine, or pods on Kubernetes.",
+    _o("--backend", "choice", "Where the gang runs: processes on this machine, pods on Kubernetes, or a Slurm batch job.",
        field="backend", toml="job.backend", env="NBTRAIN_BACKEND",
        default_text="local (NBTRAIN_BACKEND sets it)"),
     _o("--device", "choice", "auto: GPUs when present, else CPU (gloo).", field="device", toml="job.device",
@@ -177,7 +182,7 @@ OPTIONS: tuple[Option, ...] = (
        metavar="N"),
     _o("--accelerate-config", "str", "Your team's Accelerate config (YAML): merged under nbtrain's launch "
        "settings (gang shape, rendezvous, strategy flags win), every key it sets shown by --dry-run.",
-       field="accelerate_config", toml="strategy.accelerate_config", backends=_LOCAL, metavar="FILE",
+       field="accelerate_config", toml="strategy.accelerate_config", backends=_SUPERVISED, metavar="FILE",
        default_text="none", why="cannot read a file of this machine inside the pods yet"),
     _o("--image", "str", "Container image of the pods.", field="image", toml="job.image", backends=_K8S,
        metavar="IMAGE", default_text="NBTRAIN_K8S_IMAGE (required: Python, torch, accelerate)"),
@@ -190,11 +195,11 @@ OPTIONS: tuple[Option, ...] = (
        metavar="SECONDS"),
     _o("--stall-after", "float", "Report the gang stalled when a rank (or all) made no progress (step, metric, "
        "collective) for this long, and dump every thread's stack into its log (at most 24 hours).",
-       field="stall_after_s", toml="job.stall_after_s", backends=_LOCAL, metavar="SECONDS",
+       field="stall_after_s", toml="job.stall_after_s", backends=_SUPERVISED, metavar="SECONDS",
        why="does not watch the ranks' progress in pods yet"),
     _o("--hang-timeout", "float", "Fail the run when the gang made no progress for this long, naming the stuck "
        "ranks and the collective they wait in (at most 7 days).", field="hang_timeout_s", toml="job.hang_timeout_s",
-       backends=_LOCAL, metavar="SECONDS", default_text="none",
+       backends=_SUPERVISED, metavar="SECONDS", default_text="none",
        why="does not watch the ranks' progress in pods yet; use --timeout"),
     _o("--max-capture-mb", "float", "Cap on the pickled notebook objects the bundle carries (at most 10240 MB).",
        field="max_capture_mb", toml="job.max_capture_mb", metavar="MB"),
@@ -235,6 +240,23 @@ OPTIONS: tuple[Option, ...] = (
     _o("--secret-env", "pairs", "Environment variable filled from a Kubernetes Secret, by reference "
        "(repeatable).", field="secret_env", toml="kubernetes.secret_env", backends=_K8S,
        metavar="NAME=SECRET/KEY", merge=True),
+    _o("--partition", "str", "Slurm partition the job runs in.", field="partition", toml="slurm.partition",
+       backends=_SLURM, metavar="PARTITION", default_text="the cluster's default"),
+    _o("--account", "str", "Slurm account charged for the job.", field="account", toml="slurm.account",
+       backends=_SLURM, metavar="ACCOUNT", default_text="your default account"),
+    _o("--qos", "str", "Slurm quality of service.", field="qos", toml="slurm.qos", backends=_SLURM, metavar="QOS"),
+    _o("--time", "str", "Slurm time limit (MINUTES, HH:MM:SS or DAYS-HH[:MM[:SS]]); Slurm ends the job after it and "
+       "the run fails naming the limit.", field="time_limit", toml="slurm.time", backends=_SLURM, metavar="LIMIT",
+       default_text="the partition's"),
+    _o("--constraint", "str", "Slurm node features the nodes must have, e.g. a100|h100.", field="constraint",
+       toml="slurm.constraint", backends=_SLURM, metavar="FEATURES"),
+    _o("--reservation", "str", "Slurm reservation to run in.", field="reservation", toml="slurm.reservation",
+       backends=_SLURM, metavar="NAME"),
+    _o("--exclusive", "switch", "Whole nodes for the job (sbatch --exclusive).", field="exclusive",
+       toml="slurm.exclusive", backends=_SLURM),
+    _o("--sbatch", "pairs", "Extra #SBATCH line, as OPTION=VALUE for --OPTION=VALUE (repeatable), e.g. "
+       "mem-per-cpu=4G.", field="sbatch_options", toml="slurm.sbatch", backends=_SLURM, metavar="OPTION=VALUE",
+       merge=True),
     # Surface-only options: they steer the submission, not the job.
     _o("--dry-run", "switch", "Show what would ship and the launch plan; submit nothing.", default=False),
     _o("--out", "str", "Bind the Run handle to this variable name in the notebook.", surfaces=_MAGIC,
@@ -449,7 +471,7 @@ _TOML_TYPES: Mapping[str, tuple[type, ...]] = {
     "int": (int,), "float": (int, float), "str": (str,), "choice": (str,), "switch": (bool,),
     "pairs": (dict,), "tolerations": (list,),
 }
-TOML_TABLES = ("job", "strategy", "tracking", "kubernetes")
+TOML_TABLES = ("job", "strategy", "tracking", "kubernetes", "slurm")
 
 
 class TomlError(SpecError):

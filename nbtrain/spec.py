@@ -98,7 +98,7 @@ class ZeroOffload(_Choice):
 
 
 #: Backends a JobSpec may name (each also declares, in nbtrain.flags, the options it honours).
-BACKEND_NAMES = ("local", "kubernetes")
+BACKEND_NAMES = ("local", "kubernetes", "slurm")
 #: Kubernetes objects the kubernetes backend can create.
 FLAVORS = ("job", "pytorchjob", "jobset")
 #: Inclusive ranges of the whole-number fields: field -> (lowest, highest).
@@ -205,6 +205,15 @@ class JobSpec:
     cpu: str | None = None
     memory: str | None = None
     secret_env: Mapping[str, str] = field(default_factory=dict)  # ENV_NAME -> "secret-name/key" (by reference)
+    # Slurm options (used by the slurm backend only): each becomes one #SBATCH line of the attempt's batch script.
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    time_limit: str | None = None  # Slurm's own formats: MINUTES, HH:MM:SS, D-HH[:MM[:SS]]
+    constraint: str | None = None
+    reservation: str | None = None
+    exclusive: bool = False
+    sbatch_options: Mapping[str, str] = field(default_factory=dict)  # extra #SBATCH --NAME=VALUE lines
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "device", Device.parse(self.device, "--device"))
@@ -218,6 +227,8 @@ class JobSpec:
         object.__setattr__(self, "env", dict(self.env))
         object.__setattr__(self, "node_selector", dict(self.node_selector))
         object.__setattr__(self, "secret_env", dict(self.secret_env))
+        object.__setattr__(self, "sbatch_options", dict(self.sbatch_options))
+        _check_slurm(self)
         for key, ref in self.secret_env.items():
             secret, sep, item = ref.partition("/")
             if not _ENV_NAME_RE.match(key) or not sep or not secret or not item:
@@ -319,6 +330,36 @@ def _field_defaults() -> dict[str, Any]:
 
 
 _FIELD_DEFAULTS = _field_defaults()
+
+
+# A Slurm value lands on an #SBATCH line of a shell script: one token, no whitespace, quotes or shell syntax.
+_SLURM_VALUE_RE = re.compile(r"^[A-Za-z0-9_.,:@%+=/\[\]|&!*()-]+$")
+_SLURM_OPTION_RE = re.compile(r"^[a-z][a-z0-9-]*$")
+_SLURM_TIME_RE = re.compile(r"^(\d+|\d+:\d{1,2}|\d+:\d{1,2}:\d{1,2}|\d+-\d{1,2}|\d+-\d{1,2}:\d{1,2}|"
+                            r"\d+-\d{1,2}:\d{1,2}:\d{1,2}|UNLIMITED|INFINITE)$")
+# #SBATCH options nbtrain sets itself (the gang's shape, where output goes): --sbatch may not change them.
+SLURM_RESERVED = frozenset({"nodes", "ntasks", "ntasks-per-node", "output", "error", "chdir", "export", "job-name",
+                            "wrap", "array", "gres", "gpus-per-node", "cpus-per-task", "requeue", "no-requeue",
+                            "partition", "account", "qos", "time", "constraint", "reservation", "exclusive", "N", "n"})
+
+
+def _check_slurm(spec: JobSpec) -> None:
+    for flag, value in (("--partition", spec.partition), ("--account", spec.account), ("--qos", spec.qos),
+                        ("--constraint", spec.constraint), ("--reservation", spec.reservation)):
+        if value is not None and not _SLURM_VALUE_RE.match(str(value)):
+            raise SpecError(f"{flag}: {value!r} is not a Slurm name (letters, digits and _.,:@%+=/-[]|&!*() only, "
+                            "no spaces); give the name as `sinfo`/`sacctmgr` show it.")
+    if spec.time_limit is not None and not _SLURM_TIME_RE.match(str(spec.time_limit)):
+        raise SpecError(f"--time: {spec.time_limit!r} is not a Slurm time limit; use MINUTES, HH:MM:SS or "
+                        "DAYS-HH[:MM[:SS]] (e.g. 30, 2:00:00, 1-12).")
+    for name, value in spec.sbatch_options.items():
+        if not _SLURM_OPTION_RE.match(name) or (value and not _SLURM_VALUE_RE.match(value)):
+            raise SpecError(f"--sbatch: {name}={value!r} must be OPTION=VALUE with a long sbatch option name "
+                            "(e.g. mem-per-cpu=2G) and a value without spaces or quotes.")
+        if name in SLURM_RESERVED:
+            raise SpecError(f"--sbatch: {name} is set by nbtrain or has its own option (--nodes, --gpus, --partition, "
+                            f"--account, --qos, --time, --constraint, --reservation, --exclusive); drop {name}= "
+                            "from --sbatch.")
 
 
 def _check_int(flag: str, value: object, low: int, high: int) -> None:

@@ -1,0 +1,243 @@
+"""A real Slurm cluster on this machine: one slurmctld and N slurmd ("nodes"), everything under one directory.
+
+The configuration is DESIGN.md's "Facts" about Slurm: ``AuthType=auth/none`` + ``CredType=cred/none`` (no
+munged), every node ``NodeHostname=localhost NodeAddr=127.0.0.1`` with its own ``Port=`` and spool directory,
+``proctrack/linuxproc`` + ``task/none`` (no cgroups on CI machines), a 1 s scheduler. Every daemon is started
+by this module (``-D``: in the foreground, so its PID is ours), and :meth:`Cluster.stop` ends them by PID and
+then every process any job of the cluster left (found by ``SLURM_CONF`` in its environment), so a test leaves
+nothing behind. Importable as a plain module: the contract suite's conftest loads it too.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ["BINARIES", "Cluster", "missing_binaries", "running_cluster", "slurm_pids"]
+
+BINARIES = ("slurmctld", "slurmd", "sbatch", "srun", "scontrol", "squeue", "scancel", "sinfo")
+START_TIMEOUT_S = 20.0
+NODE_CPUS = 8  # declared (SlurmdParameters=config_overrides): CPU gangs of 2 x 4 fit on a 2-core machine
+
+
+def missing_binaries() -> list[str]:
+    """Slurm programs this machine lacks (empty: a cluster can start)."""
+    return [b for b in BINARIES if shutil.which(b) is None and not Path("/usr/sbin", b).exists()]
+
+
+def _free_ports(count: int) -> list[int]:
+    sockets = []
+    try:
+        for _ in range(count):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            sockets.append(s)
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def slurm_pids(conf: Path) -> list[int]:
+    """Live processes whose environment has ``SLURM_CONF=conf`` (daemons, slurmstepd, job tasks, their children)."""
+    needle = f"\0SLURM_CONF={conf}\0".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if needle not in b"\0" + (entry / "environ").read_bytes() + b"\0":
+                continue
+            state = (entry / "stat").read_text().rsplit(")", 1)[-1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state not in ("Z", "X"):
+            found.append(int(entry.name))
+    return found
+
+
+def render_conf(root: Path, *, nodes: list[str], ports: Mapping[str, int], ctld_port: int,
+                partitions: Mapping[str, str]) -> str:
+    """slurm.conf of the cluster (``partitions``: name -> extra partition settings)."""
+    lines = [
+        "ClusterName=nbtrain-test",
+        "SlurmctldHost=localhost(127.0.0.1)",
+        f"SlurmctldPort={ctld_port}",
+        f"SlurmdPort={ports[nodes[0]]}",
+        "AuthType=auth/none",
+        "CredType=cred/none",
+        "SlurmUser=root",
+        "SlurmdUser=root",
+        f"StateSaveLocation={root}/state",
+        f"SlurmdSpoolDir={root}/spool/%n",
+        f"SlurmctldPidFile={root}/slurmctld.pid",
+        f"SlurmdPidFile={root}/slurmd-%n.pid",
+        f"SlurmctldLogFile={root}/slurmctld.log",
+        f"SlurmdLogFile={root}/slurmd-%n.log",
+        "SlurmctldDebug=info",
+        "SlurmdDebug=info",
+        "MailProg=/bin/true",
+        f"PlugStackConfig={root}/plugstack.conf",
+        "ProctrackType=proctrack/linuxproc",
+        "TaskPlugin=task/none",
+        "SchedulerType=sched/builtin",
+        "SchedulerParameters=batch_sched_delay=0,sched_interval=1",
+        "SelectType=select/cons_tres",
+        "SelectTypeParameters=CR_Core",
+        "SlurmdParameters=config_overrides",
+        "ReturnToService=2",
+        "SlurmdTimeout=5",
+        "KillWait=2",
+        "MessageTimeout=5",
+        "InactiveLimit=0",
+        "MinJobAge=600",
+        "JobCompType=jobcomp/none",
+        "AccountingStorageType=accounting_storage/none",
+        "JobAcctGatherType=jobacct_gather/none",
+        "GresTypes=gpu",
+    ]
+    for name in nodes:
+        lines.append(f"NodeName={name} NodeHostname=localhost NodeAddr=127.0.0.1 Port={ports[name]} "
+                     f"CPUs={NODE_CPUS} RealMemory=4000 State=UNKNOWN")
+    for i, (name, extra) in enumerate(partitions.items()):
+        lines.append(f"PartitionName={name} Nodes={','.join(nodes)} {'Default=YES ' if i == 0 else ''}"
+                     f"MaxTime=INFINITE State=UP {extra}".rstrip())
+    return "\n".join(lines) + "\n"
+
+
+@dataclass
+class Cluster:
+    """A running cluster: its slurm.conf, its daemons (by PID) and the environment its clients need."""
+
+    root: Path
+    conf: Path
+    nodes: list[str]
+    ctld: subprocess.Popen[bytes] | None = None
+    slurmds: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    started_in_s: float = 0.0
+
+    @property
+    def env(self) -> dict[str, str]:
+        """This process's environment pointed at the cluster."""
+        return {**os.environ, "SLURM_CONF": str(self.conf)}
+
+    def client(self, *argv: str, timeout: float = 15) -> subprocess.CompletedProcess[str]:
+        """Run a Slurm client command against the cluster."""
+        return subprocess.run(list(argv), env=self.env, capture_output=True, text=True, timeout=timeout)
+
+    def _daemon(self, argv: list[str], log: str) -> subprocess.Popen[bytes]:
+        out = open(self.root / log, "ab")
+        try:
+            return subprocess.Popen(argv, env=self.env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
+        finally:
+            out.close()
+
+    def _wait(self, what: str, done: callable, deadline: float) -> None:  # type: ignore[valid-type]
+        while not done():
+            for name, proc in [("slurmctld", self.ctld), *self.slurmds.items()]:
+                if proc is not None and proc.poll() is not None:
+                    raise RuntimeError(f"{name} exited with {proc.returncode} while waiting for {what}:\n"
+                                       + self.log_tail())
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the test Slurm cluster did not reach {what} in {START_TIMEOUT_S:.0f} s:\n"
+                                   + self.log_tail())
+            time.sleep(0.02)
+
+    def start(self) -> Cluster:
+        """Start slurmctld, wait for it to answer, start every slurmd, wait for every node to be idle."""
+        begin = time.monotonic()
+        deadline = begin + START_TIMEOUT_S
+        self.ctld = self._daemon(["slurmctld", "-D", "-i", "-f", str(self.conf)], "slurmctld.out")
+        self._wait("slurmctld answering", lambda: "UP" in self.client("scontrol", "ping", timeout=5).stdout, deadline)
+        for name in self.nodes:
+            (self.root / "spool" / name).mkdir(parents=True, exist_ok=True)
+            self.slurmds[name] = self._daemon(["slurmd", "-D", "-N", name, "-f", str(self.conf)], f"slurmd-{name}.out")
+        want = f"idle {len(self.nodes)}"
+        self._wait(f"'{want}' nodes", lambda: self.client("sinfo", "-h", "-o", "%T %D").stdout.split("\n")[0].strip()
+                   == want, deadline)
+        self.started_in_s = time.monotonic() - begin
+        return self
+
+    def kill_node(self, name: str) -> None:
+        """A node dies: its slurmd and every process of a job step on it (as a power loss would)."""
+        proc = self.slurmds[name]
+        proc.kill()
+        proc.wait()
+        for pid in slurm_pids(self.conf):
+            try:
+                env = Path(f"/proc/{pid}/environ").read_bytes()
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if f"\0SLURMD_NODENAME={name}\0".encode() in b"\0" + env + b"\0" or (
+                    b"slurmstepd" in cmd and f"-N\0{name}".encode() in cmd):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+
+    def log_tail(self, lines: int = 30) -> str:
+        """The last lines of every daemon's log (for failure messages)."""
+        out = []
+        for log in sorted(self.root.glob("*.log")) + sorted(self.root.glob("*.out")):
+            text = log.read_text(errors="replace").splitlines()[-lines:]
+            out.append(f"--- {log.name}\n" + "\n".join(text))
+        return "\n".join(out)
+
+    def stop(self) -> list[int]:
+        """End every job, then the daemons by PID, then anything a job left; returns the PIDs that had to be killed."""
+        if self.ctld is not None and self.ctld.poll() is None:
+            try:
+                self.client("scancel", "--full", "--user", "root", timeout=5)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+        for proc in [*self.slurmds.values(), self.ctld]:
+            if proc is not None and proc.poll() is None:
+                proc.terminate()
+        for proc in [*self.slurmds.values(), self.ctld]:
+            if proc is None:
+                continue
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        # slurmstepd and job tasks are not our children: find them by the cluster's SLURM_CONF in their environment
+        killed: list[int] = []
+        deadline = time.monotonic() + 5
+        while (left := slurm_pids(self.conf)) and time.monotonic() < deadline:
+            for pid in left:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                    killed.append(pid)
+                except OSError:
+                    pass
+            time.sleep(0.05)
+        return killed
+
+
+@contextmanager
+def running_cluster(root: Path, *, nodes: int = 2, partitions: Mapping[str, str] | None = None) -> Iterator[Cluster]:
+    """A started cluster of ``nodes`` nodes under ``root`` (partition ``debug`` by default), stopped on exit."""
+    root.mkdir(parents=True, exist_ok=True)
+    names = [f"n{i + 1}" for i in range(nodes)]
+    ports = _free_ports(nodes + 1)
+    conf = root / "slurm.conf"
+    (root / "plugstack.conf").write_text("")
+    (root / "state").mkdir(exist_ok=True)
+    conf.write_text(render_conf(root, nodes=names, ports=dict(zip(names, ports[1:], strict=True)), ctld_port=ports[0],
+                                partitions=partitions or {"debug": ""}))
+    cluster = Cluster(root, conf, names)
+    try:
+        yield cluster.start()
+    finally:
+        cluster.stop()
