@@ -171,3 +171,59 @@ def kubernetes_under_test(home: Path, tmp_path: Path, monkeypatch: pytest.Monkey
             yield subject
         finally:
             subject.close()
+
+
+# -- slurm -----------------------------------------------------------------------------------------
+SLURM_TESTS = Path(__file__).resolve().parents[1] / "integration" / "slurm"
+
+
+class SlurmUnderTest(BackendUnderTest):
+    """Batch jobs on a real 2-node Slurm cluster of this machine; the nbtrain supervisor runs inside each job."""
+
+    name = "slurm"
+    refused: ClassVar[Mapping[str, Any]] = {"image": "img:1", "namespace": "x", "oversubscribe": True}
+    gang_outlives_controller = False  # the supervisor is the batch script: Slurm ends the job when it dies
+
+    def kill_controller(self, run: Run) -> None:
+        """SIGKILL the supervisor (the batch script's process) of the run's latest attempt."""
+        attempts = sorted(int(p.name) for p in (self.store.run_dir(run.id) / "attempts").iterdir() if p.name.isdigit())
+        pid = int(read_json(self.store.attempt_dir(run.id, attempts[-1]) / "status.json").get("supervisor_pid") or 0)
+        assert pid, f"no supervisor pid for run {run.id} in status.json"
+        os.kill(pid, signal.SIGKILL)
+
+    def footprint(self) -> list[str]:
+        """Jobs slurmctld knows (running or finished)."""
+        from nbtrain.backends.slurm import cli
+
+        return [f"slurm job {job_id} {job.state}" for job_id, job in cli.jobs(fresh=True).items()]
+
+    def on_store(self, store: Store) -> SlurmUnderTest:
+        from nbtrain.backends.slurm import SlurmBackend
+
+        return SlurmUnderTest(store, SlurmBackend(store))
+
+
+def _slurm_cluster_module() -> Any:
+    """tests/integration/slurm/cluster.py as a module (its ``test_cluster`` starts a real 2-node cluster)."""
+    name = "nbtrain_contract_slurm_cluster"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, SLURM_TESTS / "cluster.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+@contract_backend("slurm")
+def slurm_under_test(home: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[SlurmUnderTest]:
+    """The Slurm backend on a real 2-node cluster (skipped, with the install command, when Slurm is missing)."""
+    from nbtrain.backends.slurm import SlurmBackend
+
+    with _slurm_cluster_module().test_cluster(monkeypatch):
+        store = Store(home)
+        subject = SlurmUnderTest(store, SlurmBackend(store))
+        try:
+            yield subject
+        finally:
+            subject.close()

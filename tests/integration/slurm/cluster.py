@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["BINARIES", "Cluster", "missing_binaries", "running_cluster", "slurm_pids"]
+__all__ = ["BINARIES", "Cluster", "missing_binaries", "running_cluster", "slurm_pids", "test_cluster"]
 
 BINARIES = ("slurmctld", "slurmd", "sbatch", "srun", "scontrol", "squeue", "scancel", "sinfo")
 START_TIMEOUT_S = 20.0
@@ -241,3 +241,31 @@ def running_cluster(root: Path, *, nodes: int = 2, partitions: Mapping[str, str]
         yield cluster.start()
     finally:
         cluster.stop()
+
+
+@contextmanager
+def test_cluster(monkeypatch: object, *, partitions: Mapping[str, str] | None = None) -> Iterator[Cluster]:
+    """What the ``slurm_cluster`` fixtures yield: a fresh 2-node cluster, ``SLURM_CONF`` pointing at it.
+
+    Skips (pytest.skip) with the install command when Slurm's programs are missing. The cluster lives under a
+    short /tmp directory: slurmd's step sockets (``SPOOL/n1_<job>.<step>``) must fit in 108 bytes.
+    """
+    import tempfile
+
+    import pytest
+
+    missing = missing_binaries()
+    if missing:
+        pytest.skip(f"Slurm is not installed ({', '.join(missing)} missing): `apt-get install -y "
+                    "--no-install-recommends slurmctld slurmd slurm-client` (./dev test does it as root)")
+    from nbtrain.backends.slurm import cli
+
+    root = Path(tempfile.mkdtemp(prefix="nbslurm-", dir="/tmp"))
+    try:
+        with running_cluster(root, partitions=partitions or {"debug": "", "down": "State=DOWN"}) as cluster:
+            monkeypatch.setenv("SLURM_CONF", str(cluster.conf))  # type: ignore[attr-defined]
+            cli._cache = None  # job ids start again at 1 on every cluster: never read another cluster's records
+            yield cluster
+    finally:
+        cli._cache = None
+        shutil.rmtree(root, ignore_errors=True)
