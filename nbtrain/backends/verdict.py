@@ -3,7 +3,10 @@
 Every backend's controller (the local supervisor, the Kubernetes mirror, …) runs a thin loop: observe the
 gang, call :func:`decide`, act on the decision (end the gang, record the verdict). The rules, in order:
 
-1. every rank reported RANK_DONE: SUCCEEDED once the gang has exited, or after ``done_grace_s`` (a launcher
+0. the store's disk is full: what the gang reports is being lost, so it is ended; FAILED, naming the disk
+   (even when every rank finished: their output did not all reach the store);
+1. every rank reported RANK_DONE: SUCCEEDED once the gang has exited and its logs are in the store (or
+   ``drain_s`` passed), or after ``done_grace_s`` (a launcher
    or pod lingering in teardown is ended; a clean run whose teardown aborts is still a success);
 2. the user cancelled: end the gang; CANCELLED once it is gone (or after ``cancel_wait_s``);
 3. the run exceeded ``--timeout``: end the gang; FAILED; the gang made no progress for ``--hang-timeout``
@@ -36,6 +39,7 @@ class Cause(str, enum.Enum):
     HANG = "hang"
     ENDED = "ended"
     RANK_FAILED = "rank-failed"
+    STORE_FULL = "store-full"
 
 
 @dataclass(frozen=True)
@@ -46,6 +50,7 @@ class Observation:
     ``gang_clean``: ... and each exited cleanly (launchers exit 0, the Job is Complete);
     ``rank_failed``: some rank reported an error, vanished without reporting, or its launcher/pod failed;
     ``hung``: the gang has made no progress for ``--hang-timeout`` seconds;
+    ``store_full``: the store's disk is full (output of the gang is being lost);
     ``logs_drained``: every started rank's output is in the store (always true where ranks write it there).
     """
 
@@ -58,6 +63,7 @@ class Observation:
     cancel_requested: bool = False
     timed_out: bool = False
     hung: bool = False
+    store_full: bool = False
     logs_drained: bool = True
 
 
@@ -103,11 +109,15 @@ def _since(value: float | None, now: float) -> float:
 def decide(obs: Observation, clock: Clock, rules: Rules) -> Decision:
     """Apply the module's rules to ``obs``; see the module docstring."""
     now = obs.now
+    if obs.store_full and not obs.cancel_requested:
+        return Decision(RunState.FAILED, Cause.STORE_FULL, not obs.gang_ended, clock)
     if obs.world > 0 and obs.ranks_done >= obs.world:
         clock = replace(clock, done_since=_since(clock.done_since, now))
         assert clock.done_since is not None
-        if obs.gang_ended:
+        if obs.gang_ended and (obs.logs_drained or now - clock.done_since > rules.drain_s):
             return Decision(RunState.SUCCEEDED, Cause.DONE, False, clock)
+        if obs.gang_ended:
+            return Decision(None, Cause.DONE, False, clock)  # the record is complete once the logs are in
         if now - clock.done_since > rules.done_grace_s:
             return Decision(RunState.SUCCEEDED, Cause.DONE, True, clock)
         return Decision(None, Cause.DONE, False, clock)

@@ -21,6 +21,7 @@ the two can at worst copy one batch twice; a broken stream never loses or repeat
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
@@ -37,6 +38,8 @@ from nbtrain.store import PRIVATE_FILE, private_dir, read_json
 __all__ = ["KEY_FILE", "AttemptFiles", "tail_lines"]
 
 KEY_FILE = "event.key"
+RESERVE = ".verdict-reserve"  # freed when the disk is full, so the verdict can be written
+RESERVE_BYTES = 256 * 1024
 
 
 def _write_json(path: Path, data: Any) -> None:
@@ -61,6 +64,7 @@ class AttemptFiles:
         self._lock_fd = -1
         self.positions: dict[str, dict[str, Any]] = {}
         self.seen: set[tuple[str, int, int]] = set()
+        self.disk_full: str | None = None  # the first path a write failed on for lack of space
 
     # -- ownership ------------------------------------------------------------------------------
     def try_lock(self) -> bool:
@@ -154,7 +158,12 @@ class AttemptFiles:
     def write_status(self, data: dict[str, Any]) -> None:
         """Replace status.json."""
         with self._lock:
-            _write_json(self.root / "status.json", data)
+            try:
+                _write_json(self.root / "status.json", data)
+            except OSError as error:
+                if error.errno != errno.ENOSPC:
+                    raise
+                self.disk_full = self.disk_full or str(self.root / "status.json")
 
     @property
     def cancel_requested(self) -> bool:
@@ -168,11 +177,32 @@ class AttemptFiles:
 
     # -- appends --------------------------------------------------------------------------------
     def _append(self, path: Path, data: bytes) -> None:
-        fd = self._fds.get(path)
-        if fd is None:
-            private_dir(path.parent)
-            fd = self._fds[path] = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, PRIVATE_FILE)
-        os.write(fd, data)
+        try:
+            fd = self._fds.get(path)
+            if fd is None:
+                private_dir(path.parent)
+                fd = self._fds[path] = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, PRIVATE_FILE)
+            os.write(fd, data)
+        except OSError as error:
+            if error.errno != errno.ENOSPC:
+                raise
+            self.disk_full = self.disk_full or str(path)  # the verdict names it; the data is lost either way
+
+    # -- a full disk ----------------------------------------------------------------------------
+    def reserve(self) -> None:
+        """Set aside a little space so the verdict can still be written if the store's disk fills up."""
+        private_dir(self.root)
+        try:
+            with open(os.open(self.root / RESERVE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, PRIVATE_FILE), "wb") as handle:
+                handle.write(b"\0" * RESERVE_BYTES)
+        except OSError as error:
+            if error.errno != errno.ENOSPC:
+                raise
+            self.disk_full = self.disk_full or str(self.root)
+
+    def release_reserve(self) -> None:
+        """Free the reserve (when the disk is full, right before the verdict is written; at the end otherwise)."""
+        (self.root / RESERVE).unlink(missing_ok=True)
 
     def append_lines(self, name: str, lines: Iterable[str]) -> None:
         """Append lines to ``logs/<name>.log``."""

@@ -19,6 +19,7 @@ once the lock is held; without it every line stays log text and a NOTICE says wh
 
 from __future__ import annotations
 
+import errno
 import functools
 import threading
 import time
@@ -116,6 +117,7 @@ class Mirror:
         """Take the attempt's lock and start the threads; False when another process holds it."""
         if not self.files.try_lock():
             return False
+        self.files.reserve()
         for event in self.files.load():
             self._note_rank_event(event)
         self.out = EventWriter(self.files.events_dir / "kubernetes.jsonl", "kubernetes", attempt=self.t.attempt)
@@ -244,8 +246,14 @@ class Mirror:
 
     # -- events out -----------------------------------------------------------------------------
     def _emit(self, kind: EventKind, **data: Any) -> None:
-        if self.out is not None:
+        if self.out is None:
+            return
+        try:
             self.out.emit(kind, **data)
+        except OSError as error:
+            if error.errno != errno.ENOSPC:
+                raise
+            self.files.disk_full = self.files.disk_full or str(self.files.events_dir)
 
     def _notice(self, message: str) -> None:
         with self._lock:
@@ -305,6 +313,7 @@ class Mirror:
             rank_failed=errors or any(i.failed for i in current) or owner.outcome is RunState.FAILED,
             gang_ended=ended, gang_clean=ended and owner.outcome is RunState.SUCCEEDED,
             cancel_requested=self.files.cancel_requested,
+            store_full=self.files.disk_full is not None,
             timed_out=False,  # the cluster enforces --timeout (activeDeadlineSeconds): the workload fails
             logs_drained=self._drained(infos),
         )
@@ -350,6 +359,7 @@ class Mirror:
             for follower in list(self.followers.values()):
                 follower.thread.join(timeout=5)
             self.files.save_positions()
+            self.files.release_reserve()
             self.files.release()
             self._finished.set()
 
@@ -396,7 +406,14 @@ class Mirror:
     def _finish(self, state: RunState, owner: OwnerState, infos: list[PodInfo]) -> None:
         failure: Failure | None = None
         reason = ""
-        if state is RunState.CANCELLED:
+        if self.files.disk_full is not None and state is not RunState.CANCELLED:
+            self.files.release_reserve()  # room for the verdict
+            state = RunState.FAILED
+            failure = Failure(reason=f"no space left on device at {self.files.disk_full} (the nbtrain store is full: "
+                                     "the gang's output could not all be kept); free space there or set NBTRAIN_HOME "
+                                     "to a disk with room, then resume the run")
+            reason = failure.summary()
+        elif state is RunState.CANCELLED:
             reason = "cancelled by the user"
         elif state is RunState.SUCCEEDED and owner.outcome is RunState.FAILED:
             reason = "every rank finished; the pods ended badly afterwards (ignored)"

@@ -324,6 +324,7 @@ class Supervisor:
             cancel_requested=self.cancel_requested or (self.dir / "cancel.request").exists(),
             timed_out=timeout is not None and time.time() - self.started > float(timeout),
             hung=self._watch_progress(),
+            store_full=self._disk_full(),
         )
 
     def run(self) -> RunState:
@@ -370,6 +371,9 @@ class Supervisor:
         assert state is not None
         if state is RunState.CANCELLED:
             self._finish(state, "cancelled by the user")
+        elif decision.cause is Cause.STORE_FULL:
+            failure = self._disk_full_failure(None)
+            self._finish(state, failure.summary(), failure)
         elif decision.cause is Cause.HANG:
             failure = self._hang_failure()
             self._finish(state, failure.summary(), failure)

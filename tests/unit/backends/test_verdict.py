@@ -82,3 +82,18 @@ def test_every_rank_done_beats_a_timeout_hit_while_a_launcher_lingers() -> None:
     """The work finished in time; only the teardown outlived --timeout: a success, the gang is ended."""
     seen = run([Observation(now=t, world=2, ranks_done=2, timed_out=True) for t in (0.0, 3.5)])
     assert seen[-1] == (RunState.SUCCEEDED, Cause.DONE, True)
+
+
+def test_a_full_store_fails_the_run_at_once_even_when_every_rank_finished() -> None:
+    assert run([Observation(now=0.0, world=2, ranks_done=2, store_full=True)]) == [
+        (RunState.FAILED, Cause.STORE_FULL, True)]
+    assert run([Observation(now=0.0, world=2, store_full=True, cancel_requested=True, gang_ended=True)])[-1][0] \
+        is RunState.CANCELLED
+
+
+def test_success_waits_for_the_logs_to_be_in_the_store_at_most_the_drain_time() -> None:
+    seen = run([Observation(now=0.0, world=2, ranks_done=2, gang_ended=True, logs_drained=False),
+                Observation(now=1.0, world=2, ranks_done=2, gang_ended=True, logs_drained=True)])
+    assert seen == [(None, Cause.DONE, False), (RunState.SUCCEEDED, Cause.DONE, False)]
+    seen = run([Observation(now=t, world=2, ranks_done=2, gang_ended=True, logs_drained=False) for t in (0.0, 21.0)])
+    assert seen[-1] == (RunState.SUCCEEDED, Cause.DONE, False)
