@@ -224,3 +224,162 @@ def test_tracking_off_does_nothing(store: Store, tmp_path: Path) -> None:
     forwarder.close()
     assert run.record.tracking_run_id is None
     assert not (tmp_path / "mlflow.db").exists() and not (store.run_dir(run.id) / "tracking.json").exists()
+
+
+# -- the tracking agent (a detached process per run) on the same synthetic gang -------------------------------
+from procs import pids_with_env  # noqa: E402 - tests/support, put on sys.path by tests/conftest.py
+
+from nbtrain.tracking.starter import AGENT_LOG, ensure_agent  # noqa: E402
+
+
+def _agents(run_id: str) -> list[int]:
+    return pids_with_env("NBTRAIN_TRACKING_OF", {run_id})
+
+
+def _agent_done(store: Store, run_id: str, timeout: float = 90.0) -> str:
+    """Wait until no tracking agent of ``run_id`` lives; its log."""
+    _until(lambda: not _agents(run_id), timeout)
+    return (store.run_dir(run_id) / AGENT_LOG).read_text()
+
+
+@pytest.fixture
+def tracked(store: Store, monkeypatch: pytest.MonkeyPatch) -> Store:
+    monkeypatch.setenv("NBTRAIN_TRACKING", "1")
+    return store
+
+
+def test_agent_follows_restarts_and_a_resume_into_one_mlflow_run(tracked: Store, tmp_path: Path) -> None:
+    store = tracked
+    gang = FakeGang(store)
+    gang.start(0)
+    assert ensure_agent(store, store.load(gang.run_id)) is not None
+    assert ensure_agent(store, store.load(gang.run_id)) is None  # one agent per run
+    gang.steps(range(0, 10))
+    gang.end("failed", failure=BOOM, retrying=True)
+    gang.start(1)
+    gang.steps(range(5, 15))
+    gang.end("succeeded")
+    log = _agent_done(store, gang.run_id)
+    assert "the MLflow run is complete" in log and "exiting (0)" in log
+
+    client = _client(tmp_path)
+    mlflow_id = store.load(gang.run_id).tracking_run_id  # the agent linked it in the record
+    assert mlflow_id and client.get_run(mlflow_id).info.status == "FINISHED"
+    history = sorted((m.step, m.value) for m in client.get_metric_history(mlflow_id, "loss"))
+    assert history == sorted([(s, 1.0 / (s + 1)) for s in range(10)] + [(s, 1.0 / (s + 1) + 1) for s in range(5, 15)])
+    assert {"failures/attempt-0.json", "logs/attempt-1/rank-1.log", "bundle/main.py"} <= _files(client, mlflow_id)
+
+    # a resume: the launch path starts a new agent, which reopens the same MLflow run and finalizes it again
+    record = store.load(gang.run_id)
+    record.attempts.append({"attempt": 2, "submitted": time.time(), "kind": "resume"})
+    record.state, record.ended, record.failure = "pending", None, None
+    store.save(record)
+    gang.start(2)
+    assert ensure_agent(store, record) is not None
+    gang.steps(range(15, 18))
+    _until(lambda: client.get_run(mlflow_id).info.status == "RUNNING")
+    gang.end("failed", failure=BOOM)
+    _agent_done(store, gang.run_id)
+    assert client.get_run(mlflow_id).info.status == "FAILED"
+    assert [m.step for m in client.get_metric_history(mlflow_id, "nbtrain.attempt")] == [0, 5, 15]
+    assert len(client.get_metric_history(mlflow_id, "loss")) == 10 + 10 + 3
+
+
+def test_a_resume_while_the_agent_finishes_is_followed(tracked: Store, tmp_path: Path) -> None:
+    """The resume's own start may find the finishing agent's lock taken: that agent goes on with the new attempt."""
+    store = tracked
+    gang = FakeGang(store)
+    gang.start(0)
+    ensure_agent(store, store.load(gang.run_id))
+    gang.steps(range(0, 5))
+    _until(lambda: (store.run_dir(gang.run_id) / "tracking.json").exists())
+    gang.end("cancelled")
+    record = store.load(gang.run_id)
+    record.attempts.append({"attempt": 1, "submitted": time.time(), "kind": "resume"})
+    store.save(record)
+    gang.start(1)
+    ensure_agent(store, record)  # a no-op when the first agent still holds the lock
+    gang.steps(range(5, 8))
+    gang.end("succeeded")
+    _agent_done(store, gang.run_id)
+    client = _client(tmp_path)
+    mlflow_id = store.load(gang.run_id).tracking_run_id
+    assert client.get_run(mlflow_id).info.status == "FINISHED"
+    assert sorted(m.step for m in client.get_metric_history(mlflow_id, "loss")) == list(range(8))
+    assert "logs/attempt-1/rank-0.log" in _files(client, mlflow_id)
+
+
+def test_a_second_agent_for_the_same_run_exits_at_once(tracked: Store, tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    store = tracked
+    gang = FakeGang(store)
+    gang.start(0)
+    ensure_agent(store, store.load(gang.run_id))
+    _until(lambda: (store.run_dir(gang.run_id) / "tracking-agent.lock").exists()
+           and bool((store.run_dir(gang.run_id) / "tracking-agent.lock").read_text()))
+    started = time.monotonic()
+    second = subprocess.run([sys.executable, "-m", "nbtrain.tracking.agent", gang.run_id, "--store", str(store.root)],
+                            capture_output=True, text=True, timeout=60)
+    assert second.returncode == 0 and "another tracking agent follows this run" in second.stdout
+    assert time.monotonic() - started < 30
+    assert len(_agents(gang.run_id)) == 1
+    gang.steps(range(3))
+    gang.end("succeeded")
+    _agent_done(store, gang.run_id)
+    assert _client(tmp_path).get_run(store.load(gang.run_id).tracking_run_id).info.status == "FINISHED"
+
+
+def test_attach_starts_an_agent_only_while_mlflow_lacks_something(tracked: Store, tmp_path: Path) -> None:
+    import threading
+
+    import nbtrain
+
+    store = tracked
+    gang = FakeGang(store)
+    gang.start(0)
+    gang.steps(range(0, 5))
+    gang.end("cancelled")
+    run = nbtrain.attach(gang.run_id)  # an untracked, finished run: an agent tracks it
+    assert run.wait(timeout=60, progress=False).value == "cancelled"  # returns with the MLflow run complete
+    assert run.record.tracking_run_id is not None
+    client = _client(tmp_path)
+    assert client.get_run(run.record.tracking_run_id).info.status == "KILLED"
+    assert not any(t.name.startswith("nbtrain-mlflow") for t in threading.enumerate())  # nothing forwarded here
+    _agent_done(store, gang.run_id)
+    again = nbtrain.attach(gang.run_id)
+    again.wait(timeout=60, progress=False)
+    assert not _agents(gang.run_id)  # nothing left to track: no agent
+    assert len(client.search_runs([client.get_experiment_by_name("fake-study").experiment_id])) == 1
+    for handle in (run, again):
+        handle.close()
+
+
+def test_agent_problems_reach_the_kernel_as_one_notice(tracked: Store, tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    import nbtrain
+
+    blocker = tmp_path / "blocked"
+    blocker.write_text("a file where the store's directory should be")
+    missing = blocker / "mlflow.db"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{missing}")
+    store = tracked
+    gang = FakeGang(store, experiment="recovering")
+    gang.start(0)
+    run = nbtrain.attach(gang.run_id)
+    gang.steps(range(0, 20))
+    _until(lambda: any("MLflow tracking" in n for n in run.snapshot(refresh=False).notices))
+    (notice,) = [n for n in run.snapshot(refresh=False).notices if "MLflow tracking" in n]
+    assert str(missing) in notice and "retrying" in notice
+    blocker.unlink()
+    gang.steps(range(20, 30))
+    gang.end("succeeded")
+    assert run.wait(timeout=90, progress=False).value == "succeeded"
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{missing}")
+    assert sorted(m.step for m in client.get_metric_history(run.record.tracking_run_id, "loss")) == list(range(30))
+    assert client.get_run(run.record.tracking_run_id).info.status == "FINISHED"
+    _agent_done(store, gang.run_id)
+    run.close()
