@@ -10,7 +10,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from cluster import Cluster, test_cluster  # noqa: E402
+from cluster import Cluster, test_cluster
 
 
 @pytest.fixture
