@@ -25,6 +25,7 @@ from typing import Any
 
 import yaml
 
+from nbtrain.backends.accelerate_config import CONFIG_NAME, accelerate_config, render, strategy_refusal
 from nbtrain.backends.base import Capabilities, Plan, RunHandle, StoreBackedBackend
 from nbtrain.backends.kubernetes import manifests as mf
 from nbtrain.backends.kubernetes import names as nm
@@ -32,7 +33,7 @@ from nbtrain.backends.kubernetes.api import KubeApi, kubeconfig_namespace
 from nbtrain.backends.kubernetes.config import KubeOptions
 from nbtrain.backends.kubernetes.files import KEY_FILE, AttemptFiles
 from nbtrain.backends.kubernetes.mirror import Mirror, Target
-from nbtrain.backends.kubernetes.payload import build_payload
+from nbtrain.backends.kubernetes.payload import RUNTIME_PATH, build_payload
 from nbtrain.backends.kubernetes.pod import EVENT_KEY_FIELD, PodInputs
 from nbtrain.backends.kubernetes.podstate import parse_time
 from nbtrain.backends.kubernetes.validate import check_spec
@@ -112,12 +113,19 @@ class KubernetesBackend(StoreBackedBackend):
         if spec.queue:
             notices.append(f"queued through Kueue (queue {spec.queue}): the pods start when the whole gang is admitted")
         names = nm.object_names(run_id, flavor=spec.flavor, nodes=spec.nodes, attempt=attempt)
-        payload = build_payload(bundle_dir, runtime_files())
+        refusal = strategy_refusal(spec, use_gpu)
+        if refusal is not None:
+            raise SpecError(refusal)
+        config, _ = accelerate_config(spec, use_gpu=use_gpu, main_address=names.main_address, main_port=options.port)
+        config_text = render(config)
+        # the generated Accelerate config travels with the runtime: no config in the image changes the run
+        payload = build_payload(bundle_dir, {**runtime_files(), CONFIG_NAME: config_text.encode("utf-8")})
         secret = mf.event_key_secret_name(names.base)
         inputs = PodInputs(
             run_id=run_id, attempt=attempt, image=image, use_gpu=use_gpu, flavor=spec.flavor,
             main_address=names.main_address, configmap=names.configmap, payload=payload,
             labels=mf.labels_for(run_id, attempt), options=options, event_key_secret=secret,
+            config_file=f"{RUNTIME_PATH}/{CONFIG_NAME}",
         )
         objects = mf.build_objects(spec, names=names, namespace=namespace, inputs=inputs, bundle_digest=bundle_digest)
         workload = mf.WORKLOAD_KINDS[spec.flavor]

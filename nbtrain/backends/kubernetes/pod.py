@@ -65,6 +65,7 @@ class PodInputs:
     labels: dict[str, str]
     options: KubeOptions
     event_key_secret: str  # the Secret that holds the attempt's event key (filled in at submit)
+    config_file: str | None = None  # the attempt's generated Accelerate config, as the pod sees it
 
 
 def launcher_argv(spec: JobSpec, inputs: PodInputs) -> list[str]:
@@ -73,7 +74,8 @@ def launcher_argv(spec: JobSpec, inputs: PodInputs) -> list[str]:
     return accelerate_argv(
         spec, python=inputs.options.python, use_gpu=inputs.use_gpu, node_rank=node_rank,
         main_address=inputs.main_address, main_port=inputs.options.port,
-        target=LaunchTarget("nbtrain.runtime.worker", (BUNDLE_PATH,)), tee="3", log_dir=TEE_LOG_DIR,
+        target=LaunchTarget("nbtrain.runtime.worker", (BUNDLE_PATH,)), config_file=inputs.config_file, tee="3",
+        log_dir=TEE_LOG_DIR,
     )
 
 
