@@ -1,12 +1,15 @@
-"""Exactly-once forwarding of a real gang: a forwarding kernel killed mid-run, and two kernels at once.
+"""Exactly-once forwarding of a real gang: the kernel killed mid-run, the tracking agent killed mid-run, two forwarders.
 
-MLflow's history must hold each step once, with the values the notebook received, whoever forwarded.
+MLflow's history must hold each step once, with the values the gang reported, whoever forwarded. Forwarding
+happens in the run's tracking agent (a detached process started at submit), so a kernel that dies loses
+nothing; an agent that dies is replaced by the next attach, which goes on from the ledger.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -14,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from procs import pids_with_env  # tests/support, put on sys.path by tests/conftest.py
 
 import nbtrain
 from nbtrain.tracking import TrackingForwarder
@@ -23,8 +27,7 @@ pytestmark = pytest.mark.slow
 MIN_STEPS = 30
 
 # Runs until the test drops the STOP file (at least MIN_STEPS steps, at most 600): robust to a slow machine.
-CELL = '''%%distributed --nodes 1 --gpus 2 --name once --out run --no-monitor --experiment once
-import os
+BODY = '''import os
 import time
 import torch
 from accelerate import Accelerator
@@ -37,27 +40,19 @@ for step in range(600):
         break
     time.sleep(0.1)
 '''
+CELL = "%%distributed --nodes 1 --gpus 2 --name once --out run --no-monitor --experiment once\n" + BODY
 
-# A second "kernel": attach, forward, and die by SIGKILL once some points reached MLflow.
-DYING_KERNEL = '''
-import json, os, signal, sys, time
-from pathlib import Path
-import nbtrain
-from nbtrain.tracking import TrackingForwarder
-run = nbtrain.attach(sys.argv[1])
-forwarder = TrackingForwarder(run)
-run.subscribe(forwarder.on_batch)
-ledger = Path(run.store.run_dir(run.id)) / "tracking.json"
-deadline = time.monotonic() + 120
-while time.monotonic() < deadline:
-    try:
-        if json.loads(ledger.read_text())["hwm"].get("rank-0|0", 0) >= 8:
-            break
-    except (OSError, ValueError, KeyError):
-        pass
-    time.sleep(0.05)
-print("forwarded", json.loads(ledger.read_text())["hwm"], flush=True)
-os.kill(os.getpid(), signal.SIGKILL)
+# A "kernel" that submits the cell and watches the run (run.wait), killed by the test mid-run.
+KERNEL = '''
+import sys
+from nbtrain.bundle import capture_cell
+from nbtrain.client import submit_bundle
+from nbtrain.spec import JobSpec
+body, stop, min_steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
+bundle = capture_cell(body, {"STOP": stop, "MIN_STEPS": min_steps, "__name__": "__main__"})
+run = submit_bundle(bundle, JobSpec(name="once", procs_per_node=2, device="cpu", experiment="once"))
+print(run.id, flush=True)
+run.wait(progress=False)
 '''
 
 
@@ -114,31 +109,65 @@ def _submit(shell: Any, run_cell: Any, stop: Path) -> Any:
     return shell.user_ns["run"]
 
 
-def test_forwarding_kernel_killed_mid_run_loses_and_repeats_nothing(
-    sqlite_here: str, shell: Any, run_cell: Any, tmp_path: Path
-) -> None:
+def _agents(run_id: str) -> list[int]:
+    return pids_with_env("NBTRAIN_TRACKING_OF", {run_id})
+
+
+@pytest.fixture
+def tracked(home: Path, sqlite_here: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setenv("NBTRAIN_TRACKING", "1")  # after `home`, which turns tracking off for other tests
+    return sqlite_here
+
+
+def test_kernel_killed_mid_run_loses_and_repeats_nothing(tracked: str, tmp_path: Path) -> None:
+    stop = tmp_path / "stop"
+    kernel = subprocess.Popen([sys.executable, "-c", KERNEL, BODY, str(stop), str(MIN_STEPS)], cwd=tmp_path,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert kernel.stdout is not None
+        run_id = kernel.stdout.readline().strip()
+        assert run_id, kernel.stderr.read() if kernel.stderr else ""
+        run = nbtrain.attach(run_id, watch=False)  # reads only: no agent is started from here
+        _until(lambda: _forwarded(run) >= 8)
+    finally:
+        kernel.kill()
+        kernel.communicate(timeout=30)
+    assert kernel.returncode == -9
+    assert len(_agents(run_id)) == 1  # the agent outlives the kernel that started it
+    before = _forwarded(run)
+    _until(lambda: _forwarded(run) > before)  # and goes on forwarding with no kernel at all
+    stop.touch()
+    _until(lambda: run.status().terminal, 180)
+    _until(lambda: not _agents(run_id), 120)  # exits once the MLflow run is complete
+    assert (run.store.run_dir(run_id) / "tracking-agent.log").read_text().count("exiting (0)") == 1
+    run.record = run.store.load(run_id)
+    _assert_once(tracked, run)
+
+
+def test_agent_killed_mid_run_is_replaced_on_attach(tracked: str, shell: Any, run_cell: Any, tmp_path: Path) -> None:
     stop = tmp_path / "stop"
     run = _submit(shell, run_cell, stop)
-    dying = subprocess.run([sys.executable, "-c", DYING_KERNEL, run.id], capture_output=True, text=True,
-                           timeout=180, cwd=tmp_path, env=dict(os.environ))
-    assert dying.returncode == -9, dying.stderr[-3000:]
+    _until(lambda: len(_agents(run.id)) == 1 and _forwarded(run) >= 8)
+    (first,) = _agents(run.id)
+    os.kill(first, signal.SIGKILL)
+    _until(lambda: not _agents(run.id))
     ledger = json.loads((run.store.run_dir(run.id) / "tracking.json").read_text())
     forwarded_before = ledger["hwm"]["rank-0|0"]
     assert ledger["mlflow_run_id"] and ledger["finalized"] is None
     assert run.status().value == "running"
 
-    # a new kernel: a fresh handle and forwarder take over from the ledger and the lock the dead one left
+    # a new kernel attaches: the dead agent is replaced, and the new one goes on from the ledger
     again = nbtrain.attach(run.id)
-    forwarder = TrackingForwarder(again)
-    again.subscribe(forwarder.on_batch)
-    _until(lambda: _forwarded(run) > forwarded_before)  # the new forwarder sends while the gang still runs
+    _until(lambda: len(_agents(run.id)) == 1)
+    assert _agents(run.id) != [first]
+    _until(lambda: _forwarded(run) > forwarded_before)  # the new agent sends while the gang still runs
     stop.touch()
-    assert again.wait(timeout=120, progress=False).value == "succeeded"
-    assert forwarder.flush(timeout=60), forwarder.error
+    assert again.wait(timeout=180, progress=False).value == "succeeded"  # returns with the MLflow run complete
     assert again.record.tracking_run_id == ledger["mlflow_run_id"]
-    assert json.loads((run.store.run_dir(run.id) / "tracking.json").read_text())["hwm"]["rank-0|0"] > forwarded_before
-    _assert_once(sqlite_here, again)
-    forwarder.close()
+    _assert_once(tracked, again)
+    _until(lambda: not _agents(run.id))
+    for handle in (run, again):
+        handle.close()
 
 
 def test_two_kernels_at_once_forward_once_and_hand_over(
