@@ -158,14 +158,16 @@ class SlurmSupervisor(Supervisor):
                 job = cli.jobs(fresh=True).get(self.job_id)
             except Exception:  # noqa: BLE001 - the verdict below still says Slurm ended the job
                 pass
+            self.cancel_requested = False  # not the user's cancel: no CANCELLED, no restart either
+            self.plan["restart_budget"] = self.plan["attempt"]
+            if job is None or not job.ended:
+                # Slurm has not published its final state yet (a time limit shows RUNNING until the job is gone):
+                # leave the verdict to the kernel's side, which maps the state Slurm ends the job with
+                self.out.emit(EventKind.NOTICE, message=f"Slurm is ending job {self.job_id}; the gang was ended")
+                return
             state, failure = slurm_verdict(job, self.job_id, cancel_requested=False,
                                            supervisor_log=str(self.dir / "supervisor.log"))
-            if job is None or job.state in ("RUNNING", "COMPLETING"):
-                failure = type(failure)(reason=f"Slurm ended job {self.job_id} (the supervisor was signalled "
-                                               "without a cancel from nbtrain)") if failure else None
-            self.cancel_requested = False  # not the user's cancel: no CANCELLED, no restart either
             self.state = state
-            self.plan["restart_budget"] = self.plan["attempt"]
             self._finish(state, failure.reason if failure else "", failure)
             return
         super()._conclude(decision)
