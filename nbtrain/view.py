@@ -1,17 +1,150 @@
 """Folds a run's events into a small in-memory picture (pure): state, metrics, ranks, failure.
 
 Fed by the watcher (or a one-off sync); every event is applied once, keyed by (source, attempt, seq).
+Memory stays bounded however long the run: each metric of each rank is a :class:`MetricSeries` (exact up to
+a limit, then min/max-decimated over steps, the latest point always exact); the full history stays in the
+event files (:func:`metric_history` folds it from there).
 """
 
 from __future__ import annotations
 
+from array import array
+from bisect import bisect_left
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, overload
 
 from nbtrain.events import Event, EventKind
 from nbtrain.model import Failure, RunState
 
-__all__ = ["RankInfo", "RunView"]
+__all__ = ["METRIC_POINTS", "MetricSeries", "RankInfo", "RunView", "metric_history"]
+
+METRIC_POINTS = 1024  # points kept in memory per (rank, metric): 20 bytes each
+
+
+class MetricSeries(Sequence[tuple[int, int, float]]):
+    """One metric of one rank as ``(attempt, step, value)`` points, in bounded memory (20 bytes a point).
+
+    Every point is kept, in report order, up to ``limit`` points. One more compacts the series: the points
+    go into step buckets of a power-of-two width, chosen so that they fill at most half of ``limit``, and
+    each bucket keeps its lowest and its highest value (min/max decimation: spikes survive). The width only
+    grows, so the whole history stays evenly resolved over steps, and compactions get rarer as it does
+    (amortised constant time per point). Points added after a compaction follow in report order.
+
+    ``last`` is the latest point added, always exact. ``restarts`` (a chart's view): a point at a step at or
+    below the latest one first drops the points from that step on, as a restart from a checkpoint does on
+    the chart; the series is then always sorted by step. Otherwise every attempt's points are kept.
+    """
+
+    __slots__ = ("_attempts", "_ordered", "_steps", "_values", "added", "last", "limit", "restarts", "width")
+
+    def __init__(self, limit: int = METRIC_POINTS, *, restarts: bool = False) -> None:
+        self.limit = max(8, limit)
+        self.restarts = restarts
+        self.width = 1  # step bucket width of the last compaction (1: never compacted)
+        self.added = 0  # points added, ever
+        self.last: tuple[int, int, float] | None = None
+        self._attempts = array("q")
+        self._steps = array("q")
+        self._values = array("d")
+        self._ordered = True  # steps never went down since the last compaction
+
+    def add(self, attempt: int, step: int, value: float) -> None:
+        """Append one point (compacting first when the series is full)."""
+        steps = self._steps
+        if steps and step <= steps[-1]:
+            if self.restarts:
+                self._truncate(bisect_left(steps, step))
+            elif step < steps[-1]:
+                self._ordered = False
+        self._attempts.append(attempt)
+        self._steps.append(step)
+        self._values.append(value)
+        self.added += 1
+        self.last = (attempt, step, value)
+        if len(self._steps) > self.limit:
+            self._compact()
+
+    def points(self) -> list[tuple[float, float]]:
+        """``(step, value)`` pairs, as charts take them."""
+        return [(float(s), v) for s, v in zip(self._steps, self._values, strict=True)]
+
+    def _truncate(self, start: int) -> None:
+        del self._attempts[start:], self._steps[start:], self._values[start:]
+
+    def _compact(self) -> None:
+        steps, values = self._steps, self._values
+        count = len(steps)
+        # positions in step order (report order within a step); mostly in order already
+        order: Sequence[int] = range(count) if self._ordered else sorted(range(count), key=steps.__getitem__)
+        low, high = steps[order[0]], steps[order[-1]]
+        width, buckets = self.width, max(1, self.limit // 4)  # two points a bucket: at most half the limit
+        while high // width - low // width + 1 > buckets:
+            width *= 2
+        self.width = width
+        kept: list[int] = []  # positions, in step order
+        bucket, lowest, highest = None, -1, -1
+        for i in order:
+            key = steps[i] // width
+            if key != bucket:
+                if bucket is not None:
+                    kept.extend(_in_order(lowest, highest, steps))
+                bucket, lowest, highest = key, i, i
+            elif values[i] < values[lowest]:
+                lowest = i
+            elif values[i] > values[highest]:
+                highest = i
+        kept.extend(_in_order(lowest, highest, steps))
+        latest = count - 1
+        if latest not in kept:  # the latest point stays exact
+            kept.insert(bisect_left([steps[i] for i in kept], steps[latest]), latest)
+        self._attempts = array("q", [self._attempts[i] for i in kept])
+        self._steps = array("q", [steps[i] for i in kept])
+        self._values = array("d", [values[i] for i in kept])
+        self._ordered = True
+
+    def __len__(self) -> int:
+        return len(self._steps)
+
+    def __iter__(self) -> Iterator[tuple[int, int, float]]:
+        return zip(self._attempts, self._steps, self._values, strict=True)
+
+    @overload
+    def __getitem__(self, index: int) -> tuple[int, int, float]: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[tuple[int, int, float]]: ...
+
+    def __getitem__(self, index: int | slice) -> tuple[int, int, float] | list[tuple[int, int, float]]:
+        if isinstance(index, slice):
+            return list(self)[index]
+        return (self._attempts[index], self._steps[index], self._values[index])
+
+    def __repr__(self) -> str:
+        return f"MetricSeries({len(self)} of {self.added} points, step width {self.width})"
+
+
+def _in_order(a: int, b: int, steps: array[int]) -> tuple[int, ...]:
+    """Positions ``a`` and ``b`` (once when equal) in step order, then position order."""
+    if a == b:
+        return (a,)
+    return (a, b) if (steps[a], a) < (steps[b], b) else (b, a)
+
+
+def metric_history(events: Iterable[Event], rank: int) -> dict[str, list[tuple[int, float]]]:
+    """Every metric ``rank`` reported, folded from ``events`` (all of them, e.g. read from the event files):
+    ``{name: [(step, value), ...]}`` sorted by step; a later attempt's point replaces an earlier attempt's at
+    the same step, and within an attempt the later report wins."""
+    latest: dict[str, dict[int, tuple[int, float]]] = {}
+    for event in events:
+        if event.kind is not EventKind.METRIC or event.rank != rank:
+            continue
+        step = int(event.data["step"])
+        for name, value in (event.data.get("values") or {}).items():
+            points = latest.setdefault(str(name), {})
+            if step not in points or event.attempt >= points[step][0]:
+                points[step] = (event.attempt, float(value))
+    return {name: [(step, value) for step, (_, value) in sorted(points.items())] for name, points in latest.items()}
 
 
 @dataclass
@@ -31,7 +164,8 @@ class RankInfo:
 
 @dataclass
 class RunView:
-    """Aggregated state of one run. ``metrics[rank][name]`` is a list of (attempt, step, value)."""
+    """Aggregated state of one run. ``metrics[rank][name]`` is a :class:`MetricSeries` of (attempt, step, value),
+    every attempt's points, bounded to ``metric_points`` points (decimated beyond, the latest exact)."""
 
     state: RunState = RunState.PENDING
     attempt: int = 0
@@ -41,11 +175,12 @@ class RunView:
     total: int | None = None
     notices: list[str] = field(default_factory=list)
     ranks: dict[int, RankInfo] = field(default_factory=dict)
-    metrics: dict[int, dict[str, list[tuple[int, int, float]]]] = field(default_factory=dict)
+    metrics: dict[int, dict[str, MetricSeries]] = field(default_factory=dict)
     last_seq: dict[tuple[str, int], int] = field(default_factory=dict)
     result_b64: str | None = None
     attempts: dict[int, dict[str, Any]] = field(default_factory=dict)
     checkpoints: list[dict[str, Any]] = field(default_factory=list)
+    metric_points: int = METRIC_POINTS
 
     def apply(self, event: Event) -> bool:
         """Fold one event in; False when it was already applied (duplicate).
@@ -59,8 +194,8 @@ class RunView:
         self.last_seq[stream] = event.seq
         kind, data = event.kind, event.data
         self._record_history(event)
-        if event.attempt < self.attempt and kind is not EventKind.METRIC:
-            return True  # an older attempt's state/ranks/failure no longer describe the run
+        if event.attempt < self.attempt:
+            return True  # an older attempt's state/ranks/failure no longer describe the run (its metrics are kept)
         if event.attempt > self.attempt:
             self.attempt = event.attempt
             self.ranks.clear()
@@ -95,25 +230,31 @@ class RunView:
             elif kind is EventKind.ENV:
                 info.env = dict(data)
             elif kind is EventKind.METRIC:
-                step = int(data["step"])
-                info.last_step = step
+                info.last_step = int(data["step"])
                 if data.get("total") is not None:
                     self.total = int(data["total"])
-                series = self.metrics.setdefault(event.rank, {})
-                for name, value in data.get("values", {}).items():
-                    series.setdefault(name, []).append((event.attempt, step, float(value)))
-            elif kind is EventKind.HEARTBEAT:
+            elif kind is EventKind.HEARTBEAT:  # progress: the step the rank is at, metrics or not
                 if data.get("step") is not None:
                     info.last_step = int(data["step"])
             elif kind is EventKind.RANK_DONE:
                 info.done = True
+                if data.get("step") is not None:
+                    info.last_step = int(data["step"])
             elif kind is EventKind.RANK_ERROR:
                 info.error = f"{data.get('exc_type')}: {data.get('message')}"
         return True
 
     def _record_history(self, event: Event) -> None:
-        """Per-attempt verdicts and the checkpoint list, kept for every attempt (not only the latest)."""
-        if event.kind is EventKind.CHECKPOINT and event.rank in (0, None):
+        """Per-attempt verdicts, the checkpoint list and the metrics, kept for every attempt (not only the latest)."""
+        if event.kind is EventKind.METRIC and event.rank is not None:
+            step = int(event.data["step"])
+            series = self.metrics.setdefault(event.rank, {})
+            for name, value in (event.data.get("values") or {}).items():
+                points = series.get(name)
+                if points is None:
+                    points = series[name] = MetricSeries(self.metric_points)
+                points.add(event.attempt, step, float(value))
+        elif event.kind is EventKind.CHECKPOINT and event.rank in (0, None):
             entry = {"step": int(event.data["step"]), "path": event.data.get("path"), "time": event.time,
                      "attempt": event.attempt, "bytes": event.data.get("bytes")}
             self.checkpoints = [c for c in self.checkpoints if c["step"] != entry["step"]] + [entry]
@@ -131,4 +272,4 @@ class RunView:
 
     def last_metrics(self, rank: int = 0) -> dict[str, float]:
         """The latest value of every metric of ``rank``."""
-        return {name: points[-1][2] for name, points in self.metrics.get(rank, {}).items() if points}
+        return {name: series.last[2] for name, series in self.metrics.get(rank, {}).items() if series.last}

@@ -2,7 +2,8 @@
 
 One per run handle. It is a listener of the run's single watcher thread: the watcher calls
 :meth:`MonitorWidget.on_batch` ~10 times a second; the widget sends at most one custom message per
-0.2 s and re-syncs its small traits at most once a second (sooner on a state change). It never prints
+0.2 s and re-syncs its small traits at most once a second, or every 0.4 s while events arrive (so the rank
+grid's steps keep up with the charts), and at once on a state change. It never prints
 or displays from that thread; the final text summary is refreshed by ``Run.wait`` on the main thread.
 
 What it reads of the run is :class:`MonitoredRun`: the read interface (state, attempt, failure and notices
@@ -32,6 +33,7 @@ __all__ = ["MonitorWidget", "MonitoredRun"]
 _STATIC = pathlib.Path(__file__).parent / "static"
 FLUSH_EVERY_S = 0.2
 TRAITS_EVERY_S = 1.0
+PROGRESS_EVERY_S = 0.4  # traits again this soon when events came (the grid's steps keep up with the charts)
 
 
 def kernel_versions() -> dict[str, str | None]:
@@ -99,11 +101,13 @@ class MonitorWidget(anywidget.AnyWidget):
         self._lock = threading.Lock()
         self._last_flush = 0.0
         self._last_traits = 0.0
+        self._events_since_traits = False  # the rank grid may have changed since the traits were synced
         self._stopping = False
         self.front_end_seen = False  # a browser view said hello: it renders the final state itself
         self.messages_sent = 0  # custom messages + trait syncs, for benchmarks
         for key, points in run.view.metrics.get(0, {}).items():  # what the handle saw before the widget existed
-            self._model.series[key] = [(float(step), value) for _, step, value in points]
+            for attempt, step, value in points:
+                self._model.add_point(key, attempt, step, value, send=False)
         super().__init__(**self._state_traits(snapshot), **kwargs)
         self._last_state = snapshot.state
         self.on_msg(self._on_front_end_message)
@@ -115,6 +119,7 @@ class MonitorWidget(anywidget.AnyWidget):
         snapshot = self._run.snapshot(refresh=False)  # no I/O: never a nested read on the watcher thread
         with self._lock:
             self._model.ingest(batch)
+            self._events_since_traits = self._events_since_traits or bool(batch.events)
             state = snapshot.state
             now = time.monotonic()
             terminal = state.terminal
@@ -125,8 +130,11 @@ class MonitorWidget(anywidget.AnyWidget):
             if message is not None:
                 self.send(message)
                 self.messages_sent += 1
-            if terminal or state != self._last_state or now - self._last_traits >= TRAITS_EVERY_S:
+            since = now - self._last_traits
+            if (terminal or state != self._last_state or since >= TRAITS_EVERY_S
+                    or (self._events_since_traits and since >= PROGRESS_EVERY_S)):
                 self._last_traits = now
+                self._events_since_traits = False
                 self._sync_traits(snapshot)
 
     def _state_traits(self, snapshot: RunSnapshot) -> dict[str, Any]:

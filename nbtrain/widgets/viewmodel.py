@@ -4,19 +4,25 @@
 small synced state (the run-level facts from a :class:`~nbtrain.model.RunSnapshot`, the per-rank ones from
 the folded :class:`~nbtrain.view.RunView`); ``take_batch()`` gives the bulk delta for one custom message
 (bounded in size); ``snapshot()`` answers a (re)connecting browser. See PROTOCOL.md.
+
+Cost per line: log lines arrive as blocks of bytes (one per rank per poll, ``batch.lines.blocks``) and are
+kept as such in per-rank rings (:mod:`.logring`); only the lines a message carries are decoded. Memory is
+bounded: ``snapshot_lines`` lines per rank and ``kept_points`` points per chart.
 """
 
 from __future__ import annotations
 
 import statistics
 import time
-from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from nbtrain.events import EventKind, LineBlock
 from nbtrain.model import Batch, LogPage, RunSnapshot, RunState
-from nbtrain.view import RunView
+from nbtrain.view import MetricSeries, RunView
 from nbtrain.widgets.decimate import decimate
+from nbtrain.widgets.logring import LogRings, blocks_of
 
 __all__ = ["MAX_PAGE", "MonitorLimits", "MonitorModel", "page_reply", "page_request", "rank_states"]
 
@@ -31,7 +37,7 @@ class MonitorLimits:
     snapshot_lines: int = 500  # per rank, on (re)connect
     merged_lines: int = 1000
     chart_points: int = 2000  # per metric key on screen
-    kept_points: int = 20_000  # per key kept for snapshots (then decimated in place)
+    kept_points: int = 8000  # per key kept for snapshots (then min/max-decimated over steps)
     stall_after_s: float = 20.0  # a running rank silent this long is "stalled"
     straggler_min_gap: int = 3  # steps behind the median before a rank is a straggler
     straggler_fraction: float = 0.1  # ... or this fraction of the median, whichever is larger
@@ -104,92 +110,89 @@ class MonitorModel:
     procs: int
     kernel_env: dict[str, str | None]
     limits: MonitorLimits = field(default_factory=MonitorLimits)
-    line_counts: dict[int, int] = field(default_factory=dict)
-    recent: dict[int, deque[tuple[int, str]]] = field(default_factory=dict)
-    merged: deque[tuple[int, int, str]] = field(default_factory=lambda: deque(maxlen=1000))
-    pending_lines: deque[tuple[int, int, str]] = field(default_factory=lambda: deque(maxlen=400))
-    pending_total: dict[int, int] = field(default_factory=dict)
-    series: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+    series: dict[str, MetricSeries] = field(default_factory=dict)
     pending_points: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
     seq: int = 0
     line_attempt: int = 0
 
     def __post_init__(self) -> None:
-        self.merged = deque(maxlen=self.limits.merged_lines)
-        self.pending_lines = deque(maxlen=self.limits.batch_lines)
+        self.logs = self._rings()
 
     @property
     def world_size(self) -> int:
         """Ranks in the gang."""
         return self.nodes * self.procs
 
+    @property
+    def line_counts(self) -> dict[int, int]:
+        """Lines per rank so far (of the attempt whose logs are shown)."""
+        return self.logs.counts()
+
+    def recent(self, rank: int) -> list[tuple[int, str]]:
+        """The newest lines of ``rank`` a snapshot shows (``snapshot_lines``), as ``(index, text)``."""
+        return self.logs.recent(rank, self.limits.snapshot_lines)
+
+    def _rings(self) -> LogRings:
+        # a rank's ring holds what a snapshot shows and what one batch may send
+        return LogRings(max(self.limits.snapshot_lines, self.limits.batch_lines), self.limits.merged_lines)
+
     # -- accumulate -------------------------------------------------------------------------------
     def ingest(self, batch: Batch) -> None:
-        """Take the new lines and rank-0 metric points of ``batch``."""
-        for line in batch.lines:
-            if line.rank is None:
-                continue
-            if line.attempt > self.line_attempt:
+        """Take the new lines (in bulk when the cursor read them so) and rank-0 metric points of ``batch``."""
+        blocks: Sequence[LineBlock] | None = getattr(batch.lines, "blocks", None)  # storecursor.LogLines
+        if blocks is None:
+            counts = {(rank, self.line_attempt): n for rank, n in self.line_counts.items()}
+            blocks = blocks_of(((line.rank, line.attempt, line.text) for line in batch.lines), counts)
+        for block in blocks:
+            if block.attempt > self.line_attempt:
                 # a new attempt writes new log files: indices restart, so they stay positions on disk
-                self.line_attempt = line.attempt
-                self.line_counts.clear()
-                self.recent.clear()
-                self.merged.clear()
-                self.pending_lines.clear()
-                self.pending_total.clear()
-            elif line.attempt < self.line_attempt:
+                self.line_attempt = block.attempt
+                self.logs = self._rings()
+            elif block.attempt < self.line_attempt:
                 continue
-            index = self.line_counts.get(line.rank, 0)
-            self.line_counts[line.rank] = index + 1
-            ring = self.recent.get(line.rank)
-            if ring is None:
-                ring = self.recent[line.rank] = deque(maxlen=self.limits.snapshot_lines)
-            ring.append((index, line.text))
-            self.merged.append((line.rank, index, line.text))
-            self.pending_lines.append((line.rank, index, line.text))
-            self.pending_total[line.rank] = self.pending_total.get(line.rank, 0) + 1
+            self.logs.add(block)
         for event in batch.events:
-            if event.kind.value != "metric" or event.rank != 0:
+            if event.kind is not EventKind.METRIC or event.rank != 0:
                 continue
-            step = float(event.data["step"])
+            step = int(event.data["step"])
             for key, value in event.data.get("values", {}).items():
-                point = (step, float(value))
-                self.series.setdefault(key, []).append(point)
-                self.pending_points.setdefault(key, []).append(point)
-                if len(self.series[key]) > self.limits.kept_points:
-                    self.series[key] = decimate(self.series[key], self.limits.kept_points // 2)
+                self.add_point(key, event.attempt, step, float(value))
+
+    def add_point(self, key: str, attempt: int, step: int, value: float, *, send: bool = True) -> None:
+        """One rank-0 point of chart ``key`` (``send``: also in the next batch message)."""
+        series = self.series.get(key)
+        if series is None:
+            series = self.series[key] = MetricSeries(self.limits.kept_points, restarts=True)
+        series.add(attempt, step, value)
+        if send:
+            self.pending_points.setdefault(key, []).append((float(step), value))
 
     # -- bulk -------------------------------------------------------------------------------------
     def take_batch(self) -> dict[str, Any] | None:
         """The custom ``batch`` message for everything pending, or None when nothing is new."""
-        if not self.pending_lines and not self.pending_points:
-            self.pending_total.clear()
+        if not self.logs.pending and not self.pending_points:
             return None
-        sent: dict[int, int] = {}
-        for rank, _, _ in self.pending_lines:
-            sent[rank] = sent.get(rank, 0) + 1
-        dropped = {str(r): n - sent.get(r, 0) for r, n in self.pending_total.items() if n > sent.get(r, 0)}
+        lines, skipped = self.logs.take(self.limits.batch_lines)
         points = {k: decimate(v, self.limits.chart_points) for k, v in self.pending_points.items()}
         self.seq += 1
         message = {
             "type": "batch",
             "seq": self.seq,
             "points": {k: [list(p) for p in v] for k, v in points.items()},
-            "lines": [list(x) for x in self.pending_lines],
-            "dropped": dropped,
+            "lines": [list(x) for x in lines],
+            "dropped": {str(r): n for r, n in skipped.items()},
         }
-        self.pending_lines.clear()
         self.pending_points.clear()
-        self.pending_total.clear()
         return message
 
     def snapshot(self) -> dict[str, Any]:
         """The ``snapshot`` message: decimated series and the last lines of every rank and of the merged view."""
         return {
             "type": "snapshot",
-            "points": {k: [list(p) for p in decimate(v, self.limits.chart_points)] for k, v in self.series.items()},
-            "lines": {str(r): [list(x) for x in ring] for r, ring in self.recent.items()},
-            "merged": [list(x) for x in self.merged],
+            "points": {k: [list(p) for p in decimate(v.points(), self.limits.chart_points)]
+                       for k, v in self.series.items()},
+            "lines": {str(r): [list(x) for x in self.recent(r)] for r in sorted(self.logs.rings)},
+            "merged": [list(x) for x in self.logs.merged()],
         }
 
     # -- small state ------------------------------------------------------------------------------

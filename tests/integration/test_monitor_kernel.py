@@ -44,6 +44,9 @@ def test_monitor_streams_bounded_updates_and_final_summary(home: Path, tmp_path:
         # the last trait sync carries the final state; the batches carried every rank's lines and the points
         final_header = [u["state"]["header"] for u in updates if "header" in u["state"]][-1]
         assert final_header["state"] == "succeeded" and final_header["step"] == 29
+        # the grid's steps come from the same accelerator.log calls as the chart
+        final_grid = [u["state"]["ranks"] for u in updates if "ranks" in u["state"]][-1]
+        assert [cell[2] for node in final_grid["nodes"] for cell in node["ranks"]] == [29, 29]
         lines = [tuple(x) for b in batches if b["type"] == "batch" for x in b["lines"]]
         assert {(r, i) for r, i, _ in lines} == {(r, i) for r in (0, 1) for i in range(len(lines) // 2)}
         assert any(text == "rank 1 step 29" for _, _, text in lines)
@@ -95,7 +98,7 @@ def test_attach_after_the_kernel_is_killed_delivers_every_line_once(home: Path, 
     second = kernel_factory(tmp_path)
     second.execute(f"import nbtrain\nrun = nbtrain.attach({run_id!r})\nrun.show()\nrun.wait(progress=False)")
     second.execute("import json\nm = run.monitor()._model\n"
-                   "print('@@' + json.dumps({r: [list(x) for x in m.recent[r]] for r in m.recent}))\n"
+                   "print('@@' + json.dumps({r: [list(x) for x in m.recent(r)] for r in m.line_counts}))\n"
                    "print('@@' + json.dumps(m.line_counts))")
     printed = [m["content"]["text"] for m in second.messages if m["msg_type"] == "stream"]
     payloads = [line[2:] for text in printed for line in text.splitlines() if line.startswith("@@")]

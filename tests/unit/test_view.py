@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
 from pathlib import Path
 
 from nbtrain.events import Event, EventKind, EventWriter, read_events
 from nbtrain.model import Failure, RunState
-from nbtrain.view import RunView
+from nbtrain.view import MetricSeries, RunView, metric_history
 
 
 class Source:
@@ -36,7 +37,7 @@ def test_duplicates_are_ignored() -> None:
     event = _metric(Source("rank-0", rank=0), 1, loss=0.9)
     assert view.apply(event) is True
     assert view.apply(event) is False
-    assert view.metrics[0]["loss"] == [(0, 1, 0.9)]
+    assert list(view.metrics[0]["loss"]) == [(0, 1, 0.9)]
 
 
 def test_same_seq_from_another_source_or_attempt_is_not_a_duplicate() -> None:
@@ -44,8 +45,8 @@ def test_same_seq_from_another_source_or_attempt_is_not_a_duplicate() -> None:
     assert view.apply(_metric(Source("rank-0", rank=0), 1, loss=0.9))
     assert view.apply(_metric(Source("rank-1", rank=1), 1, loss=0.8))
     assert view.apply(_metric(Source("rank-0", attempt=1, rank=0), 1, loss=0.7))
-    assert view.metrics[0]["loss"] == [(0, 1, 0.9), (1, 1, 0.7)]
-    assert view.metrics[1]["loss"] == [(0, 1, 0.8)]
+    assert list(view.metrics[0]["loss"]) == [(0, 1, 0.9), (1, 1, 0.7)]
+    assert list(view.metrics[1]["loss"]) == [(0, 1, 0.8)]
 
 
 def test_rereading_the_files_after_attach_does_not_double_the_metrics(tmp_path: Path) -> None:
@@ -71,8 +72,8 @@ def test_metrics_accumulate_per_rank_and_last_metrics_reads_the_latest() -> None
         _metric(rank1, 2, loss=0.6),
     ]:
         view.apply(event)
-    assert view.metrics[0]["loss"] == [(0, 1, 1.0), (0, 2, 0.5)]
-    assert view.metrics[1]["loss"] == [(0, 1, 1.1), (0, 2, 0.6)]
+    assert list(view.metrics[0]["loss"]) == [(0, 1, 1.0), (0, 2, 0.5)]
+    assert list(view.metrics[1]["loss"]) == [(0, 1, 1.1), (0, 2, 0.6)]
     assert view.last_metrics() == {"loss": 0.5, "acc": 0.1}
     assert view.last_metrics(1) == {"loss": 0.6}
     assert view.last_metrics(7) == {}
@@ -144,7 +145,7 @@ def test_a_higher_attempt_resets_ranks_and_failure_but_keeps_history() -> None:
     assert view.ranks == {}
     assert view.state is RunState.STARTING  # a restart leaves the previous attempt's FAILED behind
     view.apply(_metric(rank1, 5, loss=0.25))
-    assert view.metrics[0]["loss"] == [(0, 5, 0.3), (1, 5, 0.25)]
+    assert list(view.metrics[0]["loss"]) == [(0, 5, 0.3), (1, 5, 0.25)]
     assert view.last_metrics() == {"loss": 0.25}
     assert view.ranks[0].last_step == 5
 
@@ -155,3 +156,75 @@ def test_an_older_attempt_does_not_reset_a_newer_one() -> None:
     view.apply(Source("rank-0", attempt=0, rank=0)(EventKind.HEARTBEAT, step=3))
     assert view.attempt == 1
     assert view.ranks[0].pid == 2
+
+
+def test_an_older_attempts_metrics_are_kept_but_do_not_move_the_current_ranks() -> None:
+    view = RunView()
+    view.apply(_metric(Source("rank-0", attempt=1, rank=0), 3, loss=0.5))
+    view.apply(_metric(Source("rank-0", attempt=0, rank=0), 9, loss=0.9))  # read late (a slow mirror)
+    assert view.ranks[0].last_step == 3
+    assert list(view.metrics[0]["loss"]) == [(1, 3, 0.5), (0, 9, 0.9)]
+
+
+def test_the_step_comes_from_metrics_heartbeats_and_the_end_of_a_rank() -> None:
+    view = RunView()
+    rank = Source("rank-1", rank=1)
+    view.apply(rank(EventKind.RANK_START, node=0, local_rank=1, pid=7, host="h"))
+    assert view.ranks[1].last_step is None
+    view.apply(rank(EventKind.HEARTBEAT, step=None, idle_s=0.1))  # no step reported yet: still unknown
+    assert view.ranks[1].last_step is None
+    view.apply(_metric(rank, 20, loss=0.1))  # accelerator.log / nbtrain.log
+    assert view.ranks[1].last_step == 20
+    view.apply(rank(EventKind.HEARTBEAT, step=21, collectives=40))  # progress without a metric
+    assert view.ranks[1].last_step == 21
+    view.apply(rank(EventKind.RANK_DONE, ok=True, has_result=False, step=25))
+    assert view.ranks[1].last_step == 25 and view.ranks[1].done
+
+
+def test_a_million_points_stay_in_bounded_memory_evenly_spread_with_spikes_and_the_latest_exact() -> None:
+    import sys
+
+    series = MetricSeries(1024)
+    for step in range(1_000_000):
+        series.add(0, step, 1e6 if step == 500_000 else 1.0 / (step + 1))
+    held = sum(sys.getsizeof(a) for a in (series._attempts, series._steps, series._values))
+    assert held < 64_000, held  # a list of every point: ~130 MB per metric (issue 12)
+    assert len(series) <= 1024 and series.added == 1_000_000
+    steps = [step for _, step, _ in series]
+    assert steps == sorted(steps) and steps[0] == 0 and steps[-1] == 999_999
+    assert max(b - a for a, b in pairwise(steps)) <= 2 * series.width  # evenly spread over the steps
+    assert (0, 500_000, 1e6) in list(series)  # min/max decimation keeps the spike
+    assert series.last == (0, 999_999, 1.0 / 1_000_000)
+
+
+def test_every_metric_of_every_rank_is_bounded_in_the_view() -> None:
+    view = RunView(metric_points=64)
+    rank0, rank1 = Source("rank-0", rank=0), Source("rank-1", rank=1)
+    for step in range(5_000):
+        view.apply(_metric(rank0, step, loss=1.0 / (step + 1), lr=1e-3, acc=step % 97 / 97, tokens=float(step)))
+        view.apply(_metric(rank1, step, loss=2.0))
+    assert all(len(series) <= 64 for per_rank in view.metrics.values() for series in per_rank.values())
+    assert view.last_metrics() == {"loss": 1.0 / 5_000, "lr": 1e-3, "acc": 4_999 % 97 / 97, "tokens": 4_999.0}
+    assert view.ranks[0].last_step == view.ranks[1].last_step == 4_999
+
+
+def test_metric_history_folds_every_point_from_the_events_later_attempts_winning() -> None:
+    first, second = Source("rank-0", rank=0), Source("rank-0", attempt=1, rank=0)
+    events = [_metric(first, step, loss=float(step)) for step in range(10)]
+    events += [_metric(second, step, loss=-float(step)) for step in range(8, 12)]
+    events.append(_metric(Source("rank-1", rank=1), 0, loss=5.0))
+    history = metric_history(events, 0)
+    assert history == {"loss": [(s, float(s)) for s in range(8)] + [(s, -float(s)) for s in range(8, 12)]}
+    assert metric_history(events, 1) == {"loss": [(0, 5.0)]} and metric_history(events, 2) == {}
+
+
+def test_a_chart_series_restarts_like_the_chart_does() -> None:
+    chart = MetricSeries(16, restarts=True)
+    for step in range(10):
+        chart.add(0, step, float(step))
+    chart.add(1, 6, -6.0)  # a restart from the checkpoint of step 5: steps 6.. are replaced
+    chart.add(1, 6, -7.0)  # the same step again: replaced
+    assert chart.points() == [(float(s), float(s)) for s in range(6)] + [(6.0, -7.0)]
+    for step in range(7, 100):
+        chart.add(1, step, 1.0)
+    assert len(chart) <= 16 and chart.points()[-1] == (99.0, 1.0)

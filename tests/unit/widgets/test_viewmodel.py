@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from nbtrain.events import Event, EventKind
+from nbtrain.backends.storecursor import LogLines
+from nbtrain.events import Event, EventKind, LineBlock
 from nbtrain.model import Batch, Failure, LogLine, RunSnapshot, RunState
 from nbtrain.view import RunView
 from nbtrain.widgets.decimate import decimate
@@ -176,3 +177,50 @@ def test_decimate_bounds_and_keeps_ends_and_spikes(count: int) -> None:
         assert [p[0] for p in out] == sorted(p[0] for p in out)
     if count > 100:
         assert (2500.0, 1e6) in out
+
+
+def _blocks(rank: int, first: int, count: int, attempt: int = 0) -> LineBlock:
+    data = "".join(f"rank {rank} line {i}\n" for i in range(first, first + count)).encode()
+    return LineBlock(rank, attempt, first, count, data)
+
+
+def test_lines_read_in_bulk_are_kept_as_bytes_and_decoded_only_when_sent() -> None:
+    model = _model(batch_lines=10, snapshot_lines=5, merged_lines=4)
+    model.ingest(Batch(lines=LogLines([_blocks(0, 0, 1000), _blocks(1, 0, 3)])))  # type: ignore[arg-type]
+    assert model.line_counts == {0: 1000, 1: 3}
+    message = model.take_batch()
+    assert message is not None
+    assert message["lines"][:7] == [[0, i, f"rank 0 line {i}"] for i in range(993, 1000)]
+    assert message["lines"][7:] == [[1, i, f"rank 1 line {i}"] for i in range(3)]
+    assert message["dropped"] == {"0": 993}
+    model.ingest(Batch(lines=LogLines([_blocks(0, 1000, 2)])))  # type: ignore[arg-type]
+    assert model.take_batch()["lines"] == [[0, 1000, "rank 0 line 1000"], [0, 1001, "rank 0 line 1001"]]  # type: ignore[index]
+    snap = model.snapshot()
+    assert snap["lines"]["0"] == [[i, f"rank 0 line {i}"] for i in range(997, 1002)]
+    assert snap["merged"] == [[1, 1, "rank 1 line 1"], [1, 2, "rank 1 line 2"], [0, 1000, "rank 0 line 1000"],
+                              [0, 1001, "rank 0 line 1001"]]  # the newest 4, in the order they arrived
+    # a new attempt starts new logs: numbering starts again, the old attempt's lines are gone
+    model.ingest(Batch(lines=LogLines([_blocks(0, 0, 2, attempt=1)])))  # type: ignore[arg-type]
+    assert model.line_attempt == 1 and model.line_counts == {0: 2}
+    model.ingest(Batch(lines=LogLines([_blocks(1, 3, 5, attempt=0)])))  # type: ignore[arg-type]
+    assert model.line_counts == {0: 2}  # a late line of the old attempt is not shown
+
+
+def test_memory_for_lines_is_bounded_per_rank_at_512_ranks() -> None:
+    model = _model(nodes=64, procs=8)
+    for poll in range(30):
+        model.ingest(Batch(lines=LogLines([_blocks(r, poll * 200, 200) for r in range(512)])))  # type: ignore[arg-type]
+        model.take_batch()
+    held = sum(len(b.data) for ring in model.logs.rings.values() for b in ring.blocks)
+    assert held < 512 * 2 * model.limits.snapshot_lines * 30  # < 2 x 500 lines of ~25 bytes per rank
+    assert model.line_counts == dict.fromkeys(range(512), 6000)
+
+
+def test_the_grid_shows_each_ranks_step_from_metrics_and_progress() -> None:
+    feed, view, model = Feed(), RunView(), _model(nodes=1, procs=2)
+    _apply(view, model, [feed.event(EventKind.RANK_START, 0, node=0, pid=1), feed.event(EventKind.RANK_START, 1, node=0, pid=2),
+                         feed.event(EventKind.METRIC, 0, step=20, values={"loss": 0.1}),  # accelerator.log
+                         feed.event(EventKind.HEARTBEAT, 1, step=19, idle_s=0.2)])  # progress, no metric on rank 1
+    cells = {c[0]: c for node in model.ranks(view, RunState.RUNNING, now=feed.t)["nodes"] for c in node["ranks"]}
+    assert cells[0][2] == 20 and cells[1][2] == 19
+    assert model.take_batch()["points"] == {"loss": [[20.0, 0.1]]}  # type: ignore[index]  # the chart, same step
