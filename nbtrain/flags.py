@@ -449,7 +449,7 @@ def unsupported_options(spec: JobSpec, backend: str) -> list[str]:
         owners = [b for b in BACKENDS if b in option.backends]
         shown = _shown(value)
         fix = "drop it" + (f" ({option.instead})" if option.instead else "")
-        fix += "".join(f" or use --backend {b}" for b in owners)
+        fix += f" or use --backend {' or '.join(owners)}" if owners else ""
         messages.append(f"{option.flag}{' ' + shown if shown else ''} is {_owners(owners)}; the {info.name} backend "
                         f"{option.why or info.does}: {fix}.")
     return messages

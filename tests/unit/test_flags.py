@@ -29,6 +29,8 @@ FULL = JobSpec(
     max_capture_mb=10.0, allow_secrets=True, oversubscribe=True, namespace="ns", queue="q", flavor="jobset",
     service_account="sa", node_selector={"pool": "gpu"}, cpu="8", memory="64Gi",
     tolerations=({"key": "k", "operator": "Exists", "effect": "NoSchedule"},), secret_env={"T": "s/k"},
+    partition="gpu", account="team", qos="high", time_limit="2:00:00", constraint="a100", reservation="r1",
+    exclusive=True, sbatch_options={"mail-type": "END"},
 )
 
 
@@ -120,7 +122,8 @@ def test_every_flag_reaches_its_field() -> None:
         "--collective-timeout", "30", "--stall-after", "60", "--hang-timeout", "600", "--no-tracking", "--experiment", "exp", "--max-capture-mb", "10",
         "--allow-secrets", "--oversubscribe", "--namespace", "ns", "--queue", "q", "--flavor", "jobset", "--service-account", "sa",
         "--node-selector", "pool=gpu", "--cpu", "8", "--memory", "64Gi", "--toleration", "k:NoSchedule",
-        "--secret-env", "T=s/k",
+        "--secret-env", "T=s/k", "--partition", "gpu", "--account", "team", "--qos", "high", "--time", "2:00:00",
+        "--constraint", "a100", "--reservation", "r1", "--exclusive", "--sbatch", "mail-type=END",
     ])
     deepspeed = {"--zero-stage", "--zero-offload", "--gradient-accumulation"}  # another strategy's options
     assert {o.flag for o in flags.given_options(ns)} == \
@@ -238,9 +241,9 @@ def test_kubernetes_refuses_checkpoint_options() -> None:
     spec = JobSpec(max_restarts=2, checkpoint_dir="/ckpt", keep_checkpoints=5)
     messages = flags.unsupported_options(spec, "kubernetes")
     assert [m.split()[0] for m in messages] == ["--checkpoint-dir", "--max-restarts", "--keep-checkpoints"]
-    assert messages[1] == ("--max-restarts 2 is an option of the local backend only; the kubernetes backend does not "
-                           "restart a failed gang: drop it (resume it by hand with %nbtrain resume RUN) or use "
-                           "--backend local.")
+    assert messages[1].startswith("--max-restarts 2 is ")
+    assert messages[1].endswith("the kubernetes backend does not restart a failed gang: drop it (resume it by hand "
+                                "with %nbtrain resume RUN) or use --backend local or slurm.")
     assert flags.unsupported_options(spec, "local") == []
 
 
@@ -248,8 +251,8 @@ def test_options_that_are_no_backends_matter_are_never_refused() -> None:
     spec = JobSpec(name="x", tracking=False, experiment="e", max_capture_mb=1.0, allow_secrets=True)
     assert flags.unsupported_options(spec, "local") == flags.unsupported_options(spec, "kubernetes") == []
     # A backend the table does not know yet honours only those.
-    assert [m.split()[0] for m in flags.unsupported_options(JobSpec(nodes=2), "slurm")] == ["--nodes"]
-    assert "the slurm backend is not declared in nbtrain.flags" in flags.unsupported_options(JobSpec(nodes=2), "slurm")[0]
+    assert [m.split()[0] for m in flags.unsupported_options(JobSpec(nodes=2), "ray")] == ["--nodes"]
+    assert "the ray backend is not declared in nbtrain.flags" in flags.unsupported_options(JobSpec(nodes=2), "ray")[0]
 
 
 def test_check_supported_raises_with_every_message() -> None:
@@ -292,7 +295,7 @@ def test_dialog_data_is_json_and_describes_the_magic() -> None:
 def test_markdown_has_one_row_per_option_and_a_column_per_backend() -> None:
     text = flags.markdown()
     header = next(line for line in text.splitlines() if line.startswith("| flag"))
-    assert header == "| flag | type | default | TOML key | local | kubernetes | help |"
+    assert header == "| flag | type | default | TOML key | local | kubernetes | slurm | help |"
     rows = [line for line in text.splitlines() if line.startswith("| `--")]
     assert len(rows) == len(flags.OPTIONS)
     namespace = next(r for r in rows if r.startswith("| `--namespace`"))
