@@ -1,7 +1,8 @@
 """MLflow tracking of real gangs: success, failure and cancel, against MLflow's sqlite default and a real server.
 
-Each gang is tiny (1 node x 2 processes, a few steps). The forwarder is wired the way the client
-wires it: ``run.subscribe(forwarder.on_batch)``. The sqlite case chdirs into tmp_path with no
+Each gang is tiny (1 node x 2 processes, a few steps), submitted from a cell with tracking on, as a user
+would: the run's tracking agent (a detached process started at submit) forwards it, and ``run.wait()``
+returns once the MLflow run is complete. The sqlite case chdirs into tmp_path with no
 MLFLOW_TRACKING_URI, so MLflow's own default (``sqlite:///mlflow.db`` there) is what gets used;
 the server case points MLFLOW_TRACKING_URI at ``mlflow server`` on loopback (artifacts served by it).
 """
@@ -20,8 +21,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from procs import pids_with_env  # tests/support, put on sys.path by tests/conftest.py
 
-from nbtrain.tracking import TrackingForwarder, tracking_url
+from nbtrain.tracking import tracking_url
 
 pytestmark = pytest.mark.slow
 
@@ -73,10 +75,11 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 @pytest.fixture(params=["sqlite-default", "server"])
-def tracking(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+def tracking(request: pytest.FixtureRequest, home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     """Where runs are tracked: MLflow's default store in the working directory, or a tracking server."""
     for name in [k for k in os.environ if k.startswith("MLFLOW_")]:
         monkeypatch.delenv(name)
+    monkeypatch.setenv("NBTRAIN_TRACKING", "1")  # after `home`, which turns tracking off for other tests
     monkeypatch.chdir(tmp_path)
     if request.param == "server":
         url = request.getfixturevalue("mlflow_server")
@@ -112,10 +115,12 @@ def _history(client: Any, run_id: str, key: str) -> list[tuple[int, float]]:
     return sorted((m.step, m.value) for m in points)
 
 
-def _follow(run: Any, uri: str | None = None) -> TrackingForwarder:
-    forwarder = TrackingForwarder(run, tracking_uri=uri)
-    run.subscribe(forwarder.on_batch)
-    return forwarder
+def _agent_done(run: Any, timeout: float = 60.0) -> None:
+    """The run's tracking agent exits once the MLflow run is complete."""
+    deadline = time.monotonic() + timeout
+    while pids_with_env("NBTRAIN_TRACKING_OF", {run.id}):
+        assert time.monotonic() < deadline, "the tracking agent did not exit"
+        time.sleep(0.1)
 
 
 def _git_repo(path: Path) -> str:
@@ -154,13 +159,11 @@ def test_successful_run_is_fully_tracked(tracking: str, shell: Any, run_cell: An
     run_cell(SUCCESS_SETUP)
     run_cell(SUCCESS_CELL)
     run = shell.user_ns["run"]
-    forwarder = _follow(run)
-    assert run.wait(timeout=120, progress=False).value == "succeeded"
-    assert forwarder.flush(timeout=60), forwarder.error
+    assert run.wait(timeout=120, progress=False).value == "succeeded"  # with the MLflow run complete
 
     client = _client(tracking)
     mlflow_run = client.get_run(run.record.tracking_run_id)
-    assert forwarder.mlflow_run_id == mlflow_run.info.run_id
+    assert run.store.load(run.id).tracking_run_id == mlflow_run.info.run_id
     assert mlflow_run.info.status == "FINISHED"
     assert client.get_experiment(mlflow_run.info.experiment_id).name == "digits-study"  # the notebook's name
     assert mlflow_run.info.run_name == run.id
@@ -203,7 +206,7 @@ def test_successful_run_is_fully_tracked(tracking: str, shell: Any, run_cell: An
     if not tracking.startswith("http"):
         assert (tmp_path / "mlflow.db").is_file()  # MLflow's own default store, where `mlflow ui` looks
     assert run.view.notices == [] or not any("MLflow" in n for n in run.view.notices)
-    forwarder.close()
+    _agent_done(run)
 
 
 FAIL_CELL = '''%%distributed --nodes 1 --gpus 2 --name tracked-boom --out run --no-monitor --experiment failures
@@ -223,9 +226,7 @@ for step in range(100):
 def test_failed_run_has_failure_report_and_failed_status(tracking: str, shell: Any, run_cell: Any, tmp_path: Path) -> None:
     run_cell(FAIL_CELL)
     run = shell.user_ns["run"]
-    forwarder = _follow(run)
     assert run.wait(timeout=120, raise_on_failure=False, progress=False).value == "failed"
-    assert forwarder.flush(timeout=60), forwarder.error
 
     client = _client(tracking)
     mlflow_run = client.get_run(run.record.tracking_run_id)
@@ -238,7 +239,7 @@ def test_failed_run_has_failure_report_and_failed_status(tracking: str, shell: A
     assert "rank 1 (node 0) failed: ValueError: bad batch on rank one (cell line 10)" in report
     assert "Traceback" in report and "raise ValueError" in report
     assert _history(client, mlflow_run.info.run_id, "loss") == run.metrics(0)["loss"]
-    forwarder.close()
+    _agent_done(run)
 
 
 SLOW_CELL = '''%%distributed --nodes 1 --gpus 2 --name tracked-cancel --out run --no-monitor
@@ -256,18 +257,17 @@ for step in range(10_000):
 def test_cancelled_run_is_killed(tracking: str, shell: Any, run_cell: Any, survivors: Any) -> None:
     run_cell(SLOW_CELL)
     run = shell.user_ns["run"]
-    forwarder = _follow(run)
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline and len(run.metrics(0).get("step_seen", [])) < 5:
         time.sleep(0.2)
     run.cancel()
     assert run.status().value == "cancelled"
-    assert forwarder.flush(timeout=60), forwarder.error
+    assert run.wait(timeout=60, progress=False).value == "cancelled"  # with the MLflow run complete
     client = _client(tracking)
     mlflow_run = client.get_run(run.record.tracking_run_id)
     assert mlflow_run.info.status == "KILLED"
     files = _artifacts(client, mlflow_run.info.run_id)
     assert "logs/attempt-0/rank-0.log" in files and "failure.json" not in files
     assert _history(client, mlflow_run.info.run_id, "step_seen") == run.metrics(0)["step_seen"]
+    _agent_done(run)
     assert survivors() == []
-    forwarder.close()
