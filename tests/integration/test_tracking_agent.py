@@ -130,3 +130,72 @@ def test_submit_without_wait_is_tracked_completely_with_no_kernel(home: Path, tm
     assert not any(f.startswith(("failure", "failures/")) for f in files)
     local = client.download_artifacts(mlflow_run.info.run_id, "logs/attempt-0/rank-1.log", str(tmp_path))
     assert "rank 1 trained at lr 0.25" in Path(local).read_text()
+
+
+def _kubernetes_fixtures() -> Any:
+    """tests/integration/kubernetes/conftest.py as a module (its ``running_cluster`` sets the fake cluster up)."""
+    import importlib.util
+
+    name = "nbtrain_tracking_kubernetes_fixtures"
+    if name not in sys.modules:
+        path = Path(__file__).resolve().parent / "kubernetes" / "conftest.py"
+        spec = importlib.util.spec_from_file_location(name, path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+K8S_BODY = """import time
+from accelerate import Accelerator
+accelerator = Accelerator()
+for step in range(8):
+    accelerator.log({"loss": 1.0 / (step + 1)}, step=step)
+    time.sleep(0.1)
+print(f"pod rank {accelerator.process_index} done", flush=True)
+"""
+
+
+def test_kubernetes_run_is_tracked_by_its_agent_once_the_kernel_is_gone(home: Path, tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The agent follows the run by attaching in its own process: with the kernel gone, it is the run's mirror."""
+    pytest.importorskip("kubernetes", reason="the kubernetes client is not installed")
+    from nbtrain.backends.kubernetes.backend import stop_mirrors
+    from nbtrain.bundle import capture_cell
+    from nbtrain.client import submit_bundle
+    from nbtrain.spec import JobSpec
+    from nbtrain.store import Store
+
+    for name in [k for k in os.environ if k.startswith("MLFLOW_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("NBTRAIN_TRACKING", "1")
+    db = tmp_path / "k8s.db"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{db}")
+    with _kubernetes_fixtures().running_cluster(tmp_path, monkeypatch):
+        run = submit_bundle(capture_cell(K8S_BODY, {"__name__": "__main__"}),
+                            JobSpec(name="k8s-tracked", nodes=2, backend="kubernetes", device="cpu",
+                                    experiment="k8s-study"), store=Store(home))
+        run.stop_watching()
+        stop_mirrors()  # the kernel goes away: from now on only the agent follows the run
+        status = home / "runs" / run.id / "attempts" / "0" / "status.json"
+        assert not status.is_file() or json.loads(status.read_text())["state"] not in ("succeeded", "failed")
+        _until(lambda: not pids_with_env("NBTRAIN_TRACKING_OF", {run.id}), 240, "the tracking agent to exit")
+        log = (home / "runs" / run.id / "tracking-agent.log").read_text()
+        assert "attempt 0 succeeded: the MLflow run is complete" in log, log
+        assert json.loads(status.read_text())["state"] == "succeeded"  # the verdict of the agent's mirror
+
+    from mlflow import MlflowClient
+
+    ledger = json.loads((home / "runs" / run.id / "tracking.json").read_text())
+    client = MlflowClient(tracking_uri=f"sqlite:///{db}")
+    mlflow_run = client.get_run(ledger["mlflow_run_id"])
+    assert mlflow_run.info.status == "FINISHED"
+    assert client.get_experiment(mlflow_run.info.experiment_id).name == "k8s-study"
+    assert mlflow_run.data.tags["nbtrain.backend"] == "kubernetes"
+    history = sorted((m.step, m.value) for m in client.get_metric_history(mlflow_run.info.run_id, "loss"))
+    assert history == [(s, 1.0 / (s + 1)) for s in range(8)]
+    files = _artifacts(client, mlflow_run.info.run_id)
+    assert {"bundle/main.py", "logs/attempt-0/rank-0.log", "logs/attempt-0/rank-1.log"} <= files
+    local = client.download_artifacts(mlflow_run.info.run_id, "logs/attempt-0/rank-1.log", str(tmp_path))
+    assert "pod rank 1 done" in Path(local).read_text()
