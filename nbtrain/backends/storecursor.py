@@ -122,8 +122,9 @@ class StoreCursor:
     def __init__(self, store: Store, run_id: str) -> None:
         self.store = store
         self.run_id = run_id
-        self.event_tails: dict[Path, FileTail] = {}
-        self.log_tails: dict[Path, tuple[FileTail, int, int]] = {}
+        # by (attempt, file name); a log that is not a rank's own is remembered as None
+        self.event_tails: dict[tuple[int, str], FileTail] = {}
+        self.log_tails: dict[tuple[int, str], tuple[FileTail, int] | None] = {}
         self._open_left = _open_budget()
 
     def poll(self, *, max_lines: int = 50_000) -> Batch:
@@ -140,10 +141,9 @@ class StoreCursor:
             root = self.store.attempt_dir(self.run_id, attempt)
             folder = root / "events"
             for name in _names(folder, ".jsonl"):
-                path = folder / name
-                tail = self.event_tails.get(path)
+                tail = self.event_tails.get((attempt, name))
                 if tail is None:
-                    tail = self.event_tails[path] = self._tail(path)
+                    tail = self.event_tails[(attempt, name)] = self._tail(folder / name)
                 data, count = tail.read_block()
                 if count:
                     for text in FileTail.texts(data):
@@ -156,18 +156,18 @@ class StoreCursor:
             for name in _names(folder, ".log"):
                 if budget <= 0:
                     break
-                path = folder / name
-                entry = self.log_tails.get(path)
-                if entry is None:
+                key = (attempt, name)
+                if key not in self.log_tails:
                     match = _RANK_LOG.fullmatch(name)
-                    if match is None:
-                        continue
-                    entry = self.log_tails[path] = (self._tail(path), int(match.group(1)), attempt)
-                tail, rank, att = entry
+                    self.log_tails[key] = (self._tail(folder / name), int(match.group(1))) if match else None
+                entry = self.log_tails[key]
+                if entry is None:
+                    continue
+                tail, rank = entry
                 first = tail.lines
                 data, count = tail.read_block(MAX_FILE_BYTES)
                 if count:
-                    blocks.append(LineBlock(rank, att, first, count, data))
+                    blocks.append(LineBlock(rank, attempt, first, count, data))
                     budget -= len(data)
         # Batch.lines is annotated as a tuple in nbtrain/model.py; LogLines is the read-only sequence its
         # readers use (iteration, len, ==), holding bytes instead of one object per line.
@@ -177,8 +177,9 @@ class StoreCursor:
         """Release the files kept open (the cursor keeps its positions and reopens them if polled again)."""
         for tail in self.event_tails.values():
             tail.close()
-        for tail, _, _ in self.log_tails.values():
-            tail.close()
+        for entry in self.log_tails.values():
+            if entry is not None:
+                entry[0].close()
 
     def _tail(self, path: Path) -> FileTail:
         keep = self._open_left > 0

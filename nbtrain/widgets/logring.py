@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable
+from typing import Any
 
 from nbtrain.events import LineBlock
 
@@ -95,8 +96,8 @@ class LogRings:
         """Lines per rank so far."""
         return {rank: ring.total for rank, ring in self.rings.items()}
 
-    def take(self, budget: int) -> tuple[list[tuple[int, int, str]], dict[int, int]]:
-        """What arrived since the previous take, at most ``budget`` lines: ``([(rank, n, text)], {rank: skipped})``.
+    def take(self, budget: int) -> tuple[list[list[Any]], dict[int, int]]:
+        """What arrived since the previous take, at most ``budget`` lines: ``([[rank, n, text]], {rank: skipped})``.
 
         Each rank that wrote gets its newest lines, an equal share of ``budget`` (what a rank does not need goes
         to the ranks that wrote last; with more ranks than ``budget``, the latest writers get one line each); the
@@ -117,12 +118,12 @@ class LogRings:
             more = min(left, wanted[rank] - grant[rank])
             grant[rank] += more
             left -= more
-        lines: list[tuple[int, int, str]] = []
+        lines: list[list[Any]] = []  # as the message carries them
         skipped: dict[int, int] = {}
         for rank in order:
             ring = self.rings[rank]
             sent = [line for line in ring.last(grant[rank]) if line[0] >= starts[rank]] if grant[rank] else []
-            lines.extend((rank, n, text) for n, text in sent)
+            lines.extend([rank, n, text] for n, text in sent)
             if wanted[rank] > len(sent):
                 skipped[rank] = wanted[rank] - len(sent)
         return lines, skipped

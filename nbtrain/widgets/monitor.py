@@ -2,8 +2,9 @@
 
 One per run handle. It is a listener of the run's single watcher thread: the watcher calls
 :meth:`MonitorWidget.on_batch` ~10 times a second; the widget sends at most one custom message per
-0.2 s and re-syncs its small traits at most once a second, or every 0.4 s while events arrive (so the rank
-grid's steps keep up with the charts), and at once on a state change. It never prints
+0.2 s and re-syncs its small traits at most once a second, or every 0.4 s while events arrive in a gang whose
+grid shows each rank's step (64 ranks or fewer: the steps keep up with the charts), and at once on a state
+change. It never prints
 or displays from that thread; the final text summary is refreshed by ``Run.wait`` on the main thread.
 
 What it reads of the run is :class:`MonitoredRun`: the read interface (state, attempt, failure and notices
@@ -33,7 +34,8 @@ __all__ = ["MonitorWidget", "MonitoredRun"]
 _STATIC = pathlib.Path(__file__).parent / "static"
 FLUSH_EVERY_S = 0.2
 TRAITS_EVERY_S = 1.0
-PROGRESS_EVERY_S = 0.4  # traits again this soon when events came (the grid's steps keep up with the charts)
+PROGRESS_EVERY_S = 0.4  # traits again this soon when events came (the grid's steps keep up with the charts) ...
+DETAILED_MAX_RANKS = 64  # ... in gangs whose grid shows each rank's step (rankview.ts: larger ones show colours)
 
 
 def kernel_versions() -> dict[str, str | None]:
@@ -102,6 +104,7 @@ class MonitorWidget(anywidget.AnyWidget):
         self._last_flush = 0.0
         self._last_traits = 0.0
         self._events_since_traits = False  # the rank grid may have changed since the traits were synced
+        self._progress_every = PROGRESS_EVERY_S if snapshot.world_size <= DETAILED_MAX_RANKS else TRAITS_EVERY_S
         self._stopping = False
         self.front_end_seen = False  # a browser view said hello: it renders the final state itself
         self.messages_sent = 0  # custom messages + trait syncs, for benchmarks
@@ -132,7 +135,7 @@ class MonitorWidget(anywidget.AnyWidget):
                 self.messages_sent += 1
             since = now - self._last_traits
             if (terminal or state != self._last_state or since >= TRAITS_EVERY_S
-                    or (self._events_since_traits and since >= PROGRESS_EVERY_S)):
+                    or (self._events_since_traits and since >= self._progress_every)):
                 self._last_traits = now
                 self._events_since_traits = False
                 self._sync_traits(snapshot)

@@ -7,7 +7,8 @@ the folded :class:`~nbtrain.view.RunView`); ``take_batch()`` gives the bulk delt
 
 Cost per line: log lines arrive as blocks of bytes (one per rank per poll, ``batch.lines.blocks``) and are
 kept as such in per-rank rings (:mod:`.logring`); only the lines a message carries are decoded. Memory is
-bounded: ``snapshot_lines`` lines per rank and ``kept_points`` points per chart.
+bounded: ``kernel_lines`` lines (``snapshot_lines`` per rank in gangs of up to 100 ranks) and ``kept_points``
+points per chart.
 """
 
 from __future__ import annotations
@@ -34,7 +35,9 @@ class MonitorLimits:
     """Bounds that keep the browser and the kernel responsive whatever the run does."""
 
     batch_lines: int = 400  # newest lines per custom message
-    snapshot_lines: int = 500  # per rank, on (re)connect
+    snapshot_lines: int = 500  # per rank, on (re)connect ...
+    snapshot_total: int = 20_000  # ... and all ranks together (a 512-rank snapshot stays ~1 MB)
+    kernel_lines: int = 50_000  # log lines held in the kernel, all ranks together (at least 20 per rank)
     merged_lines: int = 1000
     chart_points: int = 2000  # per metric key on screen
     kept_points: int = 8000  # per key kept for snapshots (then min/max-decimated over steps)
@@ -129,12 +132,16 @@ class MonitorModel:
         return self.logs.counts()
 
     def recent(self, rank: int) -> list[tuple[int, str]]:
-        """The newest lines of ``rank`` a snapshot shows (``snapshot_lines``), as ``(index, text)``."""
-        return self.logs.recent(rank, self.limits.snapshot_lines)
+        """The newest lines of ``rank`` a snapshot shows, as ``(index, text)``: ``snapshot_lines``, fewer in a
+        gang so large that all ranks together would pass ``snapshot_total`` (at least 20)."""
+        limits = self.limits
+        return self.logs.recent(rank, min(limits.snapshot_lines, max(20, limits.snapshot_total // self.world_size)))
 
     def _rings(self) -> LogRings:
-        # a rank's ring holds what a snapshot shows and what one batch may send
-        return LogRings(max(self.limits.snapshot_lines, self.limits.batch_lines), self.limits.merged_lines)
+        # a rank's ring holds what a snapshot shows and what one batch may send, within the kernel's budget
+        limits = self.limits
+        wanted = max(limits.snapshot_lines, limits.batch_lines)
+        return LogRings(min(wanted, max(20, limits.kernel_lines // self.world_size)), limits.merged_lines)
 
     # -- accumulate -------------------------------------------------------------------------------
     def ingest(self, batch: Batch) -> None:
@@ -179,7 +186,7 @@ class MonitorModel:
             "type": "batch",
             "seq": self.seq,
             "points": {k: [list(p) for p in v] for k, v in points.items()},
-            "lines": [list(x) for x in lines],
+            "lines": lines,
             "dropped": {str(r): n for r, n in skipped.items()},
         }
         self.pending_points.clear()

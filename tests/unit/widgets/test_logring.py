@@ -55,7 +55,7 @@ def test_a_take_shares_its_budget_between_the_ranks_that_wrote_and_counts_the_re
     assert all(text == f"r{rank} {n}" for rank, n, text in lines)
     assert logs.take(100) == ([], {})  # nothing new
     logs.add(_block(1, 5, 2))
-    assert logs.take(100) == ([(1, 5, "r1 5"), (1, 6, "r1 6")], {})
+    assert logs.take(100) == ([[1, 5, "r1 5"], [1, 6, "r1 6"]], {})
 
 
 def test_many_ranks_share_a_small_budget() -> None:

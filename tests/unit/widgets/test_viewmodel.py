@@ -224,3 +224,16 @@ def test_the_grid_shows_each_ranks_step_from_metrics_and_progress() -> None:
     cells = {c[0]: c for node in model.ranks(view, RunState.RUNNING, now=feed.t)["nodes"] for c in node["ranks"]}
     assert cells[0][2] == 20 and cells[1][2] == 19
     assert model.take_batch()["points"] == {"loss": [[20.0, 0.1]]}  # type: ignore[index]  # the chart, same step
+
+
+def test_a_large_gang_keeps_fewer_lines_per_rank_and_its_snapshot_stays_small() -> None:
+    model = _model(nodes=64, procs=8)
+    model.ingest(Batch(lines=LogLines([_blocks(r, 0, 1000) for r in range(512)])))  # type: ignore[arg-type]
+    assert all(ring.held <= 2 * 97 for ring in model.logs.rings.values())  # 50,000 lines across 512 ranks
+    snap = model.snapshot()
+    assert {len(lines) for lines in snap["lines"].values()} == {39}  # 20,000 across 512 ranks
+    assert snap["lines"]["511"][-1] == [999, "rank 511 line 999"]
+    assert len(json.dumps(snap)) < 1_500_000
+    small = _model()
+    small.ingest(Batch(lines=LogLines([_blocks(r, 0, 1000) for r in range(4)])))  # type: ignore[arg-type]
+    assert {len(lines) for lines in small.snapshot()["lines"].values()} == {500}
