@@ -1,93 +1,112 @@
-"""REST handlers under ``/nbtrain/``. Every handler requires an authenticated user.
+"""REST handlers under ``/nbtrain/``. Every handler requires an authenticated *and* authorised user.
 
-GET  /nbtrain/runs                        list (filters: ?state=running&backend=local)
-GET  /nbtrain/runs/<id>                   one run: summary, spec, attempts, checkpoints, failure
+GET  /nbtrain/runs                        list (filters: ?state=running&backend=local)           read
+GET  /nbtrain/runs/<id>                   one run: summary, spec, attempts, checkpoints, failure  read
 GET  /nbtrain/runs/<id>/logs/<rank>       a page of one rank's log (?offset=0&limit=500&attempt=N; offset<0 counts
-                                          from the end; read by seeking, never the whole file: LogsHandler)
-GET  /nbtrain/runs/<id>/metrics           recent metrics (?rank=0&last=2000)
-POST /nbtrain/runs/<id>/cancel            end every process of the run
-POST /nbtrain/runs/<id>/resume            relaunch from the latest checkpoint
+                                          from the end; read by seeking, never the whole file: LogsHandler)  read
+GET  /nbtrain/runs/<id>/metrics           recent metrics (?rank=0&last=2000)                     read
+POST /nbtrain/runs/<id>/cancel            end every process of the run                           execute
+POST /nbtrain/runs/<id>/resume            relaunch from the latest checkpoint                    execute
 POST /nbtrain/export                      {"path": "nb.ipynb", "out": "dir", "cell": N | "tag": T} -> job directory
+                                                                                                 write
 GET  /nbtrain/events                      server-sent events: {"runs": [...]} whenever a run's summary changes
+                                                                                                 read
 
-Run rows are ``nbtrain.model.RunSummary`` (nbtrain/schemas/run-summary.schema.json). Every body is strict
-JSON: a non-finite number (a NaN metric, ``--timeout inf``) is sent as null.
+Authorisation is jupyter_server's (``@authorized``, resource :data:`AUTH_RESOURCE` = ``"nbtrain"``), so a
+deployment's Authorizer decides: a read-only collaborator lists and watches runs but cannot cancel, resume or
+export (403). Run rows are ``nbtrain.model.RunSummary`` (nbtrain/schemas/run-summary.schema.json); the list
+also names runs it could not read (``"unreadable": [{"id", "message"}]``) instead of failing. Every body is
+strict JSON (a non-finite number is sent as null), errors included: ``{"error": kind, "message": text}`` with
+400 for a bad request (the message names the field or parameter and what is expected), 403, 404, 409, 422,
+503 (too many event streams, with Retry-After); an unexpected failure is a 500 whose details go to the server
+log, not to the client.
 """
 
 from __future__ import annotations
 
-import asyncio
-import json
+import logging
+import re
+import time
 from typing import Any
 
+import tornado.iostream
 import tornado.web
-from jupyter_server.base.handlers import APIHandler
+from jupyter_server.auth.decorator import authorized
 
-from nbtrain.errors import CaptureError, NbtrainError, RunNotFoundError, SpecError
-from nbtrain.model import LogPage, json_safe
-from nbtrain.server.runs import RunCache, run_detail, run_summary
+from nbtrain.errors import RunNotFoundError
+from nbtrain.model import LogPage
+from nbtrain.server.base import AUTH_RESOURCE, BadRequest, BaseHandler, dumps
+from nbtrain.server.exporting import export_request, run_export
+from nbtrain.server.feed import SummaryFeed
+from nbtrain.server.runs import run_detail, run_summary
 
-__all__ = ["handlers"]
+__all__ = ["AUTH_RESOURCE", "handlers"]
+
+log = logging.getLogger("nbtrain.server")
 
 MAX_PAGE = 5000
+MAX_LINE = 10**12  # a log line number or offset beyond any real log
+MAX_RANK = 10**6
+MAX_ATTEMPT = 10**6
+STREAM_SECONDS = 3600  # one event stream lasts at most an hour (the panel reconnects)
+KEEP_ALIVE_S = 5.0  # a comment line at least this often, even if the store is slow to list
+RETRY_AFTER_S = 10
+_RUN_ID = re.compile(r"^[a-z0-9][-a-z0-9]{0,199}$")
 
 
-def _dumps(data: Any) -> str:
-    """Strict JSON (no NaN/Infinity: such numbers become null); other objects as their str()."""
-    return json.dumps(json_safe(data), default=str, allow_nan=False)
+def _run_id(text: str) -> str:
+    """``text`` if it can be a run id (or a prefix of one); else RunNotFoundError (404)."""
+    if not _RUN_ID.match(text):
+        raise RunNotFoundError(f"no run {text[:80]!r}: run ids are lower-case letters, digits and '-' "
+                               "(list them with GET /nbtrain/runs).")
+    return text
 
 
-class _Base(APIHandler):
-    @property
-    def cache(self) -> RunCache:
-        runs: RunCache = self.settings["nbtrain_runs"]
-        return runs
-
-    def write_json(self, data: Any, status: int = 200) -> None:
-        self.set_status(status)
-        self.set_header("Content-Type", "application/json")
-        self.finish(_dumps(data))
-
-    def write_error_json(self, error: Exception) -> None:
-        if isinstance(error, RunNotFoundError):
-            status = 404
-        elif isinstance(error, (SpecError, ValueError)):
-            status = 400
-        elif isinstance(error, CaptureError):
-            status = 422
-        elif isinstance(error, NbtrainError):
-            status = 409
-        else:
-            status = 500
-        self.write_json({"error": type(error).__name__, "message": str(error)}, status)
-
-    async def run_blocking(self, fn: Any, *args: Any) -> Any:
-        """Run store/backend I/O off the event loop."""
-        return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
+def _int_text(text: str | None, what: str, default: int, low: int, high: int) -> int:
+    """``text`` as a whole number in ``low..high`` (``default`` when absent); BadRequest naming ``what``."""
+    if text is None or text == "":
+        return default
+    try:
+        value = int(text) if len(text) <= 20 else None
+    except ValueError:
+        value = None
+    if value is None or not low <= value <= high:
+        raise BadRequest(f"{what}={text[:40]!r}: expected a whole number from {low} to {high}.")
+    return value
 
 
-class RunsHandler(_Base):
+class _Run(BaseHandler):
+    def int_arg(self, name: str, default: int, low: int, high: int) -> int:
+        return _int_text(self.get_query_argument(name, None), f"?{name}", default, low, high)
+
+
+class RunsHandler(_Run):
     @tornado.web.authenticated
+    @authorized("read")
     async def get(self) -> None:
-        state, backend = self.get_query_argument("state", None), self.get_query_argument("backend", None)
         try:
-            rows = await self.run_blocking(lambda: [run_summary(r) for r in self.cache.all()])
+            state = self.get_query_argument("state", None)
+            backend = self.get_query_argument("backend", None)
+            listing = await self.run_blocking(self.cache.listing)
         except Exception as error:  # noqa: BLE001 - becomes a JSON error
             return self.write_error_json(error)
-        rows = [r for r in rows if (not state or r["state"] == state) and (not backend or r["backend"] == backend)]
-        self.write_json({"runs": rows})
+        rows = [r for r in listing.rows
+                if (not state or r["state"] == state) and (not backend or r["backend"] == backend)]
+        self.write_json({"runs": rows, "unreadable": listing.unreadable})
 
 
-class RunHandler(_Base):
+class RunHandler(_Run):
     @tornado.web.authenticated
+    @authorized("read")
     async def get(self, run_id: str) -> None:
         try:
+            run_id = _run_id(run_id)
             self.write_json(await self.run_blocking(lambda: run_detail(self.cache.get(run_id))))
         except Exception as error:  # noqa: BLE001
             self.write_error_json(error)
 
 
-class LogsHandler(_Base):
+class LogsHandler(_Run):
     """A page of one rank's log: ``{"run", "rank", "attempt", "offset", "total", "lines"}``.
 
     ``lines[i]`` is line ``offset + i`` (0-based). ``offset >= 0`` is a line number; ``offset < 0`` counts from
@@ -99,17 +118,19 @@ class LogsHandler(_Base):
     """
 
     @tornado.web.authenticated
+    @authorized("read")
     async def get(self, run_id: str, rank: str) -> None:
         try:
-            offset = int(self.get_query_argument("offset", "0"))
-            limit = max(0, min(MAX_PAGE, int(self.get_query_argument("limit", "500"))))
+            run_id = _run_id(run_id)
+            number = _int_text(rank, "rank", 0, 0, MAX_RANK)
+            offset = self.int_arg("offset", 0, -MAX_LINE, MAX_LINE)
+            limit = max(0, min(MAX_PAGE, self.int_arg("limit", 500, -MAX_LINE, MAX_LINE)))
             attempt_arg = self.get_query_argument("attempt", None)
-            attempt = None if attempt_arg in (None, "") else int(attempt_arg)
+            attempt = None if attempt_arg in (None, "") else self.int_arg("attempt", 0, 0, MAX_ATTEMPT)
 
             def page() -> dict[str, Any]:
                 run = self.cache.get(run_id)
                 chosen = run.snapshot().attempt if attempt is None else attempt
-                number = int(rank)
                 if number < run.spec.world_size:
                     got = run.log_page(number, offset, limit, attempt=chosen)
                 else:  # a rank the run does not have has an empty log (as the backends' pages say)
@@ -122,22 +143,32 @@ class LogsHandler(_Base):
             self.write_error_json(error)
 
 
-class MetricsHandler(_Base):
+class MetricsHandler(_Run):
     @tornado.web.authenticated
+    @authorized("read")
     async def get(self, run_id: str) -> None:
         try:
-            rank = int(self.get_query_argument("rank", "0"))
-            last = max(1, int(self.get_query_argument("last", "2000")))
-            metrics = await self.run_blocking(lambda: self.cache.get(run_id).metrics(rank))
-            self.write_json({"run": run_id, "rank": rank, "metrics": {k: v[-last:] for k, v in metrics.items()}})
+            run_id = _run_id(run_id)
+            rank = self.int_arg("rank", 0, 0, MAX_RANK)
+            last = max(1, self.int_arg("last", 2000, -MAX_LINE, MAX_LINE))
+
+            def metrics() -> dict[str, Any]:
+                run = self.cache.get(run_id)
+                found = run.metrics(rank) if rank < run.spec.world_size else {}
+                return {"run": run.id, "rank": rank, "metrics": {k: v[-last:] for k, v in found.items()}}
+
+            self.write_json(await self.run_blocking(metrics))
         except Exception as error:  # noqa: BLE001
             self.write_error_json(error)
 
 
-class CancelHandler(_Base):
+class CancelHandler(_Run):
     @tornado.web.authenticated
+    @authorized("execute")
     async def post(self, run_id: str) -> None:
         try:
+            run_id = _run_id(run_id)
+
             def cancel() -> dict[str, Any]:
                 run = self.cache.get(run_id)
                 run.cancel()
@@ -148,10 +179,13 @@ class CancelHandler(_Base):
             self.write_error_json(error)
 
 
-class ResumeHandler(_Base):
+class ResumeHandler(_Run):
     @tornado.web.authenticated
+    @authorized("execute")
     async def post(self, run_id: str) -> None:
         try:
+            run_id = _run_id(run_id)
+
             def resume() -> dict[str, Any]:
                 run = self.cache.get(run_id)
                 run.resume()
@@ -162,80 +196,121 @@ class ResumeHandler(_Base):
             self.write_error_json(error)
 
 
-class ExportHandler(_Base):
+class ExportHandler(BaseHandler):
+    """Export one cell of a notebook under the server root to a job directory under the server root.
+
+    The body is ``{"path": str, "out": str?, "cell": int | str?, "tag": str?}`` (see
+    :func:`nbtrain.server.exporting.export_request`); both paths are resolved (symbolic links followed) and must
+    stay inside the server's root directory; ``out`` is relative. Answers 201 ``{"path", "files"}``.
+    """
+
     @tornado.web.authenticated
+    @authorized("write")
     async def post(self) -> None:
         try:
-            body = json.loads(self.request.body or b"{}")
-            path = body.get("path")
-            if not isinstance(path, str) or not path:
-                raise SpecError('export: the body needs "path": the notebook to export, relative to the server root.')
+            request = export_request(self.request.body)
             root = self.settings.get("server_root_dir") or "."
-            result = await self.run_blocking(lambda: _export(root, path, body))
-            self.write_json(result, 201)
+            self.write_json(await self.run_blocking(lambda: run_export(root, request)), 201)
         except Exception as error:  # noqa: BLE001
             self.write_error_json(error)
 
 
-def _export(root: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
-    """Export ``root/path`` to a job directory (``body["out"]``, default ``<notebook stem>-job`` beside it)."""
-    from pathlib import Path
+class EventsHandler(BaseHandler):
+    """Server-sent events: the changed run summaries, from the shared poller (:class:`SummaryFeed`).
 
-    from nbtrain.export import export_notebook
+    The first message lists every run; later ones the runs whose state, attempt, step or failure changed,
+    else a keep-alive comment. A stream lasts at most an hour. Above the server's stream cap: 503 with
+    Retry-After.
+    """
 
-    notebook = (Path(root) / path).resolve()
-    if not str(notebook).startswith(str(Path(root).resolve())):
-        raise SpecError(f"export: {path!r} is outside the server's root directory.")
-    out = Path(root) / body["out"] if body.get("out") else notebook.with_name(notebook.stem + "-job")
-    kwargs: dict[str, Any] = {}
-    if body.get("cell") is not None:
-        kwargs["cell"] = body["cell"]
-    if body.get("tag"):
-        kwargs["tag"] = body["tag"]
-    job = export_notebook(notebook, out, **kwargs)
-    directory = Path(getattr(job, "directory", out))
-    return {"path": str(directory.relative_to(Path(root).resolve()) if directory.is_absolute() and
-                        str(directory).startswith(str(Path(root).resolve())) else directory),
-            "files": sorted(p.name for p in directory.iterdir())}
+    _joined = False
 
-
-class EventsHandler(_Base):
-    """Server-sent events: the changed run summaries, checked every second, for at most an hour per stream."""
+    @property
+    def feed(self) -> SummaryFeed:
+        feed: SummaryFeed = self.settings["nbtrain_feed"]
+        return feed
 
     @tornado.web.authenticated
+    @authorized("read")
     async def get(self) -> None:
+        after = self.feed.join()
+        if after is None:
+            self.set_header("Retry-After", str(RETRY_AFTER_S))
+            return self.write_json({"error": "TooManyStreams", "message": (
+                f"this server already serves {self.feed.max_clients} run event streams; retry in {RETRY_AFTER_S} s "
+                "(NbtrainExtension.max_event_streams raises the cap).")}, 503)
+        self._joined = True
+        try:
+            await self._stream(after)
+        finally:
+            self._leave()
+
+    async def _stream(self, after: int) -> None:
         self.set_header("Content-Type", "text/event-stream")
         self.set_header("Cache-Control", "no-cache")
-        seen: dict[str, str] = {}
-        for _ in range(3600):
-            rows = await self.run_blocking(lambda: [run_summary(r) for r in self.cache.all()])
-            changed = [r for r in rows if seen.get(r["id"]) != _dumps(
-                {k: r[k] for k in ("state", "attempt", "step", "failure")})]
-            for row in changed:
-                seen[row["id"]] = _dumps({k: row[k] for k in ("state", "attempt", "step", "failure")})
-            if changed or _ == 0:
-                self.write(f"data: {_dumps({'runs': changed})}\n\n")
+        sent: dict[str, str] = {}  # run id -> signature of the row this client last sent
+        first = True
+        deadline = time.monotonic() + STREAM_SECONDS
+        while time.monotonic() < deadline:
+            tick = await self.feed.next(after, timeout=KEEP_ALIVE_S)
+            fresh = tick.number > after
+            changed: list[dict[str, Any]] = []
+            if fresh:
+                after = tick.number
+                changed = [row for run_id, sig, row in tick.runs if sent.get(run_id) != sig]
+                sent = {run_id: sig for run_id, sig, _ in tick.runs}
+            if changed or (first and fresh):  # the first message lists every run, even none
+                self.write(f"data: {dumps({'runs': changed})}\n\n")
+                first = False
             else:
                 self.write(": keep-alive\n\n")
             try:
                 await self.flush()
             except tornado.iostream.StreamClosedError:
                 return
-            await asyncio.sleep(1.0)
         self.finish()
+
+    def _leave(self) -> None:
+        if self._joined:
+            self._joined = False
+            self.feed.leave()
+
+    def on_connection_close(self) -> None:
+        self._leave()  # the stream's next write fails and ends the loop; the slot is free at once
+
+
+class NotFoundHandler(BaseHandler):
+    """Any other path under ``/nbtrain/``: a JSON 404 (not the server's HTML page)."""
+
+    def _not_found(self, *args: Any) -> None:
+        self.write_error_json(RunNotFoundError(
+            f"no nbtrain endpoint {self.request.method} {self.request.path[:200]!r}; see GET /nbtrain/runs."))
+
+    @tornado.web.authenticated
+    @authorized("read")
+    async def get(self, *args: Any) -> None:
+        self._not_found()
+
+    post = put = delete = patch = get
 
 
 def handlers() -> list[tuple[str, type]]:
-    """The handler table, which reads as the REST map (jupyter_server adds its base_url in front)."""
+    """The handler table, which reads as the REST map (jupyter_server adds its base_url in front).
+
+    Path parts match anything but ``/`` and are checked in the handler, so a malformed id or rank is a JSON
+    error (400/404) and never reaches the store as a path.
+    """
     prefix = "/nbtrain"
-    run = r"(?P<run_id>[a-z0-9][-a-z0-9]*)"
+    run = r"(?P<run_id>[^/]+)"
     return [
         (rf"{prefix}/runs", RunsHandler),
         (rf"{prefix}/runs/{run}", RunHandler),
-        (rf"{prefix}/runs/{run}/logs/(?P<rank>\d+)", LogsHandler),
+        (rf"{prefix}/runs/{run}/logs/(?P<rank>[^/]+)", LogsHandler),
         (rf"{prefix}/runs/{run}/metrics", MetricsHandler),
         (rf"{prefix}/runs/{run}/cancel", CancelHandler),
         (rf"{prefix}/runs/{run}/resume", ResumeHandler),
         (rf"{prefix}/export", ExportHandler),
         (rf"{prefix}/events", EventsHandler),
+        (rf"{prefix}(?:/.*)?", NotFoundHandler),
     ]
+

@@ -2,19 +2,34 @@
 
 A row is :class:`nbtrain.model.RunSummary` (schema: ``nbtrain/schemas/run-summary.schema.json``), built
 from the run's snapshot through the read interface (:class:`nbtrain.reader.RunReader`).
+
+What the server holds is bounded: :class:`RunCache` keeps at most ``capacity`` run handles (least recently
+used go first; an evicted run is read again from the store when asked for). A run the server cannot read (a
+malformed ``record.json``, a spec this version refuses) never breaks the list: it is left out, logged once,
+and named in :attr:`Listing.unreadable`.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
 from typing import Any
 
 from nbtrain.client import Run
+from nbtrain.errors import RunNotFoundError
 from nbtrain.model import json_safe
 from nbtrain.reader import RunReader
+from nbtrain.secrets import redact_env
 from nbtrain.store import Store
 
-__all__ = ["RunCache", "run_detail", "run_summary"]
+__all__ = ["DEFAULT_CAPACITY", "Listing", "RunCache", "run_detail", "run_summary"]
+
+log = logging.getLogger("nbtrain.server")
+
+#: Run handles a server keeps by default (``NbtrainExtension.run_cache_size``).
+DEFAULT_CAPACITY = 256
 
 
 def run_summary(run: RunReader) -> dict[str, Any]:
@@ -26,11 +41,17 @@ def run_summary(run: RunReader) -> dict[str, Any]:
 
 
 def run_detail(run: Run) -> dict[str, Any]:
-    """The summary plus spec, attempts, checkpoints, last metrics, notices and the full failure (JSON-safe)."""
+    """The summary plus spec, attempts, checkpoints, last metrics, notices and the full failure (JSON-safe).
+
+    Secret-looking ``--env`` values are ``***`` (:func:`nbtrain.secrets.redact_env`): the detail is shown to
+    whoever may read the server, read-only collaborators included.
+    """
     snapshot = run.snapshot()
     detail = snapshot.summary(notebook=run.notebook, tracking_url=run.tracking_url()).to_json()
+    spec = run.spec.to_dict()
+    spec["env"] = redact_env(spec.get("env") or {})
     detail.update(
-        spec=run.spec.to_dict(),
+        spec=spec,
         bundle_digest=run.record.bundle_digest,
         attempts=run.attempts(),
         checkpoints=run.checkpoints(),
@@ -41,27 +62,89 @@ def run_detail(run: Run) -> dict[str, Any]:
     return dict(json_safe(detail))
 
 
-class RunCache:
-    """Run handles by id, synced incrementally (each event is read from disk once per server)."""
+@dataclass(frozen=True)
+class Listing:
+    """Every readable run's summary (newest first) and, for each run that could not be read, why."""
 
-    def __init__(self, store: Store) -> None:
+    rows: list[dict[str, Any]]
+    unreadable: list[dict[str, str]] = field(default_factory=list)  # {"id": ..., "message": ...}
+
+
+class RunCache:
+    """Run handles by id, synced incrementally (each event is read from disk once per cached run).
+
+    At most ``capacity`` handles are kept, least recently used evicted first. Safe for the server's
+    executor threads.
+    """
+
+    def __init__(self, store: Store, *, capacity: int = DEFAULT_CAPACITY) -> None:
+        if capacity < 1:
+            raise ValueError(f"RunCache capacity must be at least 1, got {capacity}.")
         self.store = store
-        self._runs: dict[str, Run] = {}
+        self.capacity = capacity
+        self._runs: OrderedDict[str, Run] = OrderedDict()
         self._lock = threading.Lock()
+        self._warned: OrderedDict[str, str] = OrderedDict()  # run id -> the problem last logged for it
+
+    def __len__(self) -> int:
+        """How many run handles are held now (at most :attr:`capacity`)."""
+        with self._lock:
+            return len(self._runs)
 
     def get(self, run_id: str) -> Run:
-        """The handle of ``run_id`` (a unique prefix works); RunNotFoundError when unknown."""
+        """The handle of ``run_id`` (a unique prefix works); RunNotFoundError when unknown.
+
+        Raises what reading a malformed record raises (ValueError, KeyError, TypeError, SpecError...).
+        """
         full = self.store.resolve(run_id)
         record = self.store.load(full)
+        if record.run_id != full:
+            raise ValueError(f"the record of run {full} names another run ({record.run_id[:80]!r}).")
         with self._lock:
             run = self._runs.get(full)
             if run is None or run.record.handle != record.handle:
                 # new, or resumed by another process: the handle (and its attempt) changed
-                run = self._runs[full] = Run(record, self.store)
+                run = Run(record, self.store)
+            self._runs[full] = run
+            self._runs.move_to_end(full)
+            while len(self._runs) > self.capacity:
+                self._runs.popitem(last=False)
         run.record = record
         run.sync()
         return run
 
-    def all(self) -> list[Run]:
-        """Every run in the store, newest first."""
-        return [self.get(run_id) for run_id in self.store.ids()]
+    def listing(self) -> Listing:
+        """Every run in the store as a summary row, newest first; a run that cannot be read is left out.
+
+        Each unreadable run is logged as a warning once (again only when its problem changes) and named
+        with its problem in :attr:`Listing.unreadable`. A run removed while listing is simply gone.
+        """
+        rows: list[dict[str, Any]] = []
+        unreadable: list[dict[str, str]] = []
+        for run_id in self._ids():
+            try:
+                rows.append(run_summary(self.get(run_id)))
+            except RunNotFoundError:
+                continue
+            except Exception as error:  # noqa: BLE001 - one bad run must never break the list of the others
+                message = f"run {run_id} cannot be read ({type(error).__name__}: {str(error)[:300]}); it is left out."
+                unreadable.append({"id": run_id, "message": message})
+                self._warn_once(run_id, message)
+        return Listing(rows, unreadable)
+
+    def _ids(self) -> list[str]:
+        for _ in range(3):  # a run removed between the store's glob and its stat: list again
+            try:
+                return self.store.ids()
+            except FileNotFoundError:
+                continue
+        return self.store.ids()
+
+    def _warn_once(self, run_id: str, message: str) -> None:
+        with self._lock:
+            if self._warned.get(run_id) == message:
+                return
+            self._warned[run_id] = message
+            while len(self._warned) > self.capacity:
+                self._warned.popitem(last=False)
+        log.warning("nbtrain: %s Fix or remove %s.", message, self.store.run_dir(run_id) / "record.json")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+
 import pytest
 
 from nbtrain.bundle import capture_cell
