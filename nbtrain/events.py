@@ -335,10 +335,13 @@ class FileTail:
         A line longer than ``max_bytes`` is delivered cut (its first ``max_bytes`` bytes, without ``\\n``, count 1)
         rather than stalling the reader forever. :meth:`texts` turns the bytes into the ``str`` lines.
         """
-        chunk = self._read(max_bytes)
+        fd = self._fd  # the common case, kept open, without a call more (pollers call this ~10,000 times a second)
+        chunk = os.pread(fd, max_bytes, self.offset) if fd >= 0 else self._read(max_bytes)
+        if not chunk:
+            return b"", 0
         end = chunk.rfind(b"\n")
         if end < 0:
-            if chunk and len(chunk) >= max_bytes:  # one enormous line: deliver it cut rather than stall forever
+            if len(chunk) >= max_bytes:  # one enormous line: deliver it cut rather than stall forever
                 self.offset += len(chunk)
                 self.lines += 1
                 return chunk, 1

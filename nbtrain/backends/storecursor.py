@@ -104,14 +104,6 @@ def _open_budget() -> int:
     return max(0, min(4096, soft // 4))
 
 
-def _names(directory: Path, suffix: str) -> list[str]:
-    """Sorted names in ``directory`` ending in ``suffix`` (no hidden files); [] when it does not exist."""
-    try:
-        return sorted(n for n in os.listdir(directory) if n.endswith(suffix) and not n.startswith("."))
-    except (FileNotFoundError, NotADirectoryError):
-        return []
-
-
 class StoreCursor:
     """Tails every ``events/*.jsonl`` and ``logs/rank-*.log`` of every attempt of one run, in attempt order.
 
@@ -125,6 +117,9 @@ class StoreCursor:
         # by (attempt, file name); a log that is not a rank's own is remembered as None
         self.event_tails: dict[tuple[int, str], FileTail] = {}
         self.log_tails: dict[tuple[int, str], tuple[FileTail, int] | None] = {}
+        # per folder: its last listing, and the tails of the files it names in reading order
+        self._events: dict[int, tuple[list[str], list[FileTail]]] = {}
+        self._logs: dict[int, tuple[list[str], list[tuple[FileTail, int]]]] = {}
         self._open_left = _open_budget()
 
     def poll(self, *, max_lines: int = 50_000) -> Batch:
@@ -139,11 +134,7 @@ class StoreCursor:
         budget = max_lines * BYTES_PER_LINE
         for attempt in attempt_numbers(self.store, self.run_id):
             root = self.store.attempt_dir(self.run_id, attempt)
-            folder = root / "events"
-            for name in _names(folder, ".jsonl"):
-                tail = self.event_tails.get((attempt, name))
-                if tail is None:
-                    tail = self.event_tails[(attempt, name)] = self._tail(folder / name)
+            for tail in self._event_files(attempt, root / "events"):
                 data, count = tail.read_block()
                 if count:
                     for text in FileTail.texts(data):
@@ -152,18 +143,9 @@ class StoreCursor:
                             events.append(event)
             if max_lines <= 0:
                 continue
-            folder = root / "logs"
-            for name in _names(folder, ".log"):
+            for tail, rank in self._log_files(attempt, root / "logs"):
                 if budget <= 0:
                     break
-                key = (attempt, name)
-                if key not in self.log_tails:
-                    match = _RANK_LOG.fullmatch(name)
-                    self.log_tails[key] = (self._tail(folder / name), int(match.group(1))) if match else None
-                entry = self.log_tails[key]
-                if entry is None:
-                    continue
-                tail, rank = entry
                 first = tail.lines
                 data, count = tail.read_block(MAX_FILE_BYTES)
                 if count:
@@ -172,6 +154,39 @@ class StoreCursor:
         # Batch.lines is annotated as a tuple in nbtrain/model.py; LogLines is the read-only sequence its
         # readers use (iteration, len, ==), holding bytes instead of one object per line.
         return Batch(tuple(events), LogLines(blocks))  # type: ignore[arg-type]
+
+    def _event_files(self, attempt: int, folder: Path) -> list[FileTail]:
+        """The tails of ``folder``'s event files in name order (the listing is processed again only when it changed)."""
+        listing = _listing(folder)
+        known = self._events.get(attempt)
+        if known is not None and known[0] == listing:
+            return known[1]
+        tails = []
+        for name in sorted(n for n in listing if n.endswith(".jsonl") and not n.startswith(".")):
+            tail = self.event_tails.get((attempt, name))
+            if tail is None:
+                tail = self.event_tails[(attempt, name)] = self._tail(folder / name)
+            tails.append(tail)
+        self._events[attempt] = (listing, tails)
+        return tails
+
+    def _log_files(self, attempt: int, folder: Path) -> list[tuple[FileTail, int]]:
+        """The tails of ``folder``'s rank logs and their ranks, in name order (as :meth:`_event_files`)."""
+        listing = _listing(folder)
+        known = self._logs.get(attempt)
+        if known is not None and known[0] == listing:
+            return known[1]
+        entries = []
+        for name in sorted(n for n in listing if n.endswith(".log") and not n.startswith(".")):
+            key = (attempt, name)
+            if key not in self.log_tails:
+                match = _RANK_LOG.fullmatch(name)
+                self.log_tails[key] = (self._tail(folder / name), int(match.group(1))) if match else None
+            entry = self.log_tails[key]
+            if entry is not None:
+                entries.append(entry)
+        self._logs[attempt] = (listing, entries)
+        return entries
 
     def close(self) -> None:
         """Release the files kept open (the cursor keeps its positions and reopens them if polled again)."""
@@ -188,6 +203,14 @@ class StoreCursor:
 
     def __del__(self) -> None:
         self.close()
+
+
+def _listing(folder: Path) -> list[str]:
+    """``os.listdir(folder)``; [] when it does not exist (yet)."""
+    try:
+        return os.listdir(folder)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
 
 
 def tail_lines(path: Path, count: int) -> list[str]:
