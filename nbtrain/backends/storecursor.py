@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import re
 import resource
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -94,7 +95,8 @@ class LogLines(Sequence[LogLine]):
 
 
 def _open_budget() -> int:
-    """How many log and event files a cursor may keep open (a quarter of this process's descriptor limit)."""
+    """How many log and event files this process's cursors may keep open together: a quarter of its
+    descriptor limit (at most 4,096), so that watching runs never starves the rest of the process."""
     try:
         soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     except (OSError, ValueError):
@@ -104,11 +106,39 @@ def _open_budget() -> int:
     return max(0, min(4096, soft // 4))
 
 
+class _KeptOpen:
+    """The process-wide count of descriptors cursors still may keep (shared by every cursor, thread-safe)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._left: int | None = None
+
+    def take(self) -> bool:
+        """One more kept descriptor, if the budget allows."""
+        with self._lock:
+            if self._left is None:
+                self._left = _open_budget()
+            if self._left <= 0:
+                return False
+            self._left -= 1
+            return True
+
+    def give(self, count: int) -> None:
+        """``count`` descriptors closed."""
+        with self._lock:
+            if self._left is not None:
+                self._left += count
+
+
+_KEPT_OPEN = _KeptOpen()
+
+
 class StoreCursor:
     """Tails every ``events/*.jsonl`` and ``logs/rank-*.log`` of every attempt of one run, in attempt order.
 
     Files are kept open between polls while this process has descriptors to spare (see :func:`_open_budget`):
-    a poll is then one directory listing per folder and one ``pread`` per file. :meth:`close` lets them go.
+    a poll is then one directory listing per folder and one ``pread`` per file. :meth:`close` lets them go
+    (so does dropping the cursor).
     """
 
     def __init__(self, store: Store, run_id: str) -> None:
@@ -120,7 +150,7 @@ class StoreCursor:
         # per folder: its last listing, and the tails of the files it names in reading order
         self._events: dict[int, tuple[list[str], list[FileTail]]] = {}
         self._logs: dict[int, tuple[list[str], list[tuple[FileTail, int]]]] = {}
-        self._open_left = _open_budget()
+        self._kept = 0  # descriptors taken from the process's budget
 
     def poll(self, *, max_lines: int = 50_000) -> Batch:
         """See :class:`nbtrain.backends.base.RunCursor`. ``max_lines=0`` skips logs.
@@ -190,15 +220,16 @@ class StoreCursor:
 
     def close(self) -> None:
         """Release the files kept open (the cursor keeps its positions and reopens them if polled again)."""
-        for tail in self.event_tails.values():
+        tails = [*self.event_tails.values(), *(entry[0] for entry in self.log_tails.values() if entry is not None)]
+        for tail in tails:
             tail.close()
-        for entry in self.log_tails.values():
-            if entry is not None:
-                entry[0].close()
+            tail.keep_open = False
+        _KEPT_OPEN.give(self._kept)
+        self._kept = 0
 
     def _tail(self, path: Path) -> FileTail:
-        keep = self._open_left > 0
-        self._open_left -= int(keep)
+        keep = _KEPT_OPEN.take()
+        self._kept += int(keep)
         return FileTail(path, keep_open=keep)
 
     def __del__(self) -> None:

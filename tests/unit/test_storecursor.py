@@ -27,6 +27,12 @@ def run(tmp_path: Path) -> tuple[Store, str]:
     return store, "r-1"
 
 
+def _budget(left: int) -> storecursor._KeptOpen:
+    budget = storecursor._KeptOpen()
+    budget._left = left
+    return budget
+
+
 def _logs(store: Store, attempt: int = 0) -> Path:
     return store.attempt_dir("r-1", attempt) / "logs"
 
@@ -87,7 +93,7 @@ def test_max_lines_zero_reads_events_only_and_leaves_the_lines_for_later(run: tu
 def test_every_line_exactly_once_while_ranks_write_and_attempts_follow(run: tuple[Store, str],
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     store, run_id = run
-    monkeypatch.setattr(storecursor, "_open_budget", lambda: 3)  # some files kept open, the others reopened
+    monkeypatch.setattr(storecursor, "_KEPT_OPEN", _budget(3))  # some files kept open, the others reopened
     lines_each = 1000
 
     def write(rank: int, attempt: int) -> None:
@@ -119,3 +125,20 @@ def test_every_line_exactly_once_while_ranks_write_and_attempts_follow(run: tupl
     cursor.close()
     _append(_logs(store, 1) / "rank-0.log", b"after close\n")
     assert list(cursor.poll().lines) == [LogLine(0, "after close", 1)]  # closed files reopen where they were
+
+
+def test_cursors_share_one_budget_of_kept_descriptors(run: tuple[Store, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    store, run_id = run
+    budget = _budget(3)
+    monkeypatch.setattr(storecursor, "_KEPT_OPEN", budget)
+    for rank in range(2):
+        _append(_logs(store) / f"rank-{rank}.log", b"x\n")
+    first, second = StoreCursor(store, run_id), StoreCursor(store, run_id)
+    assert len(first.poll().lines) == 2 and budget._left == 1
+    assert len(second.poll().lines) == 2 and budget._left == 0  # one kept, one opened at each read
+    first.close()
+    assert budget._left == 2
+    del second  # a dropped cursor gives its descriptors back too
+    assert budget._left == 3
+    _append(_logs(store) / "rank-0.log", b"y\n")
+    assert list(first.poll().lines) == [LogLine(0, "y")]  # a closed cursor still reads, reopening its files
