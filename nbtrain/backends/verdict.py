@@ -5,14 +5,14 @@ gang, call :func:`decide`, act on the decision (end the gang, record the verdict
 
 0. the store's disk is full: what the gang reports is being lost, so it is ended; FAILED, naming the disk
    (even when every rank finished: their output did not all reach the store);
-1. every rank reported RANK_DONE: SUCCEEDED once the gang has exited and its logs are in the store (or
-   ``drain_s`` passed), or after ``done_grace_s`` (a launcher
+1. every rank reported RANK_DONE: SUCCEEDED once the gang has exited and its logs are in the store, or after
+   ``done_grace_s`` (a launcher
    or pod lingering in teardown is ended; a clean run whose teardown aborts is still a success);
 2. the user cancelled: end the gang; CANCELLED once it is gone (or after ``cancel_wait_s``);
 3. the run exceeded ``--timeout``: end the gang; FAILED; the gang made no progress for ``--hang-timeout``
    (:mod:`nbtrain.backends.hang`): end the gang; FAILED, naming the stuck ranks;
-4. the gang ended by itself: SUCCEEDED when every part exited cleanly, else FAILED once the logs are
-   drained (or after ``drain_s``) so the failure report has the last lines;
+4. the gang ended by itself: once its logs are in the store (the record is complete and a failure report has
+   the last lines), SUCCEEDED when every part exited cleanly, else FAILED;
 5. a rank failed (reported an error, vanished, or its launcher/pod failed) while others run: wait
    ``failure_settle_s`` for near-simultaneous failures (so the first one is found across nodes), then
    end the gang; FAILED;
@@ -51,7 +51,8 @@ class Observation:
     ``rank_failed``: some rank reported an error, vanished without reporting, or its launcher/pod failed;
     ``hung``: the gang has made no progress for ``--hang-timeout`` seconds;
     ``store_full``: the store's disk is full (output of the gang is being lost);
-    ``logs_drained``: every started rank's output is in the store (always true where ranks write it there).
+    ``logs_drained``: every started rank's output is in the store (always true where ranks write it there; a
+    controller that copies logs also says true once copying has made no progress for a while).
     """
 
     now: float
@@ -74,7 +75,6 @@ class Rules:
     done_grace_s: float = 3.0
     failure_settle_s: float = 0.3
     cancel_wait_s: float = 45.0
-    drain_s: float = 20.0
 
 
 @dataclass(frozen=True)
@@ -114,7 +114,7 @@ def decide(obs: Observation, clock: Clock, rules: Rules) -> Decision:
     if obs.world > 0 and obs.ranks_done >= obs.world:
         clock = replace(clock, done_since=_since(clock.done_since, now))
         assert clock.done_since is not None
-        if obs.gang_ended and (obs.logs_drained or now - clock.done_since > rules.drain_s):
+        if obs.gang_ended and obs.logs_drained:
             return Decision(RunState.SUCCEEDED, Cause.DONE, False, clock)
         if obs.gang_ended:
             return Decision(None, Cause.DONE, False, clock)  # the record is complete once the logs are in
@@ -132,13 +132,10 @@ def decide(obs: Observation, clock: Clock, rules: Rules) -> Decision:
     if obs.hung and not obs.gang_ended:
         return Decision(RunState.FAILED, Cause.HANG, True, clock)
     if obs.gang_ended:
-        if obs.gang_clean:
-            return Decision(RunState.SUCCEEDED, Cause.ENDED, False, clock)
         clock = replace(clock, ended_since=_since(clock.ended_since, now))
-        assert clock.ended_since is not None
-        if obs.logs_drained or now - clock.ended_since > rules.drain_s:
-            return Decision(RunState.FAILED, Cause.ENDED, False, clock)
-        return Decision(None, Cause.ENDED, False, clock)
+        if not obs.logs_drained:
+            return Decision(None, Cause.ENDED, False, clock)  # the record is complete once the logs are in
+        return Decision(RunState.SUCCEEDED if obs.gang_clean else RunState.FAILED, Cause.ENDED, False, clock)
     if obs.rank_failed:
         clock = replace(clock, failed_since=_since(clock.failed_since, now))
         assert clock.failed_since is not None

@@ -58,7 +58,7 @@ DRAIN_S = 20.0  # after the workload ended, wait this long at most for the logs 
 # done_grace: every rank reported RANK_DONE: wait this long for the workload to say Complete, then end it;
 # failure_settle: a rank failed: the workload's podFailurePolicy ends it within seconds; if it has not ended
 # after this long, the mirror deletes it (a terminal run never leaves pods running).
-RULES = Rules(done_grace_s=10.0, failure_settle_s=DRAIN_S, cancel_wait_s=45.0, drain_s=DRAIN_S)
+RULES = Rules(done_grace_s=10.0, failure_settle_s=DRAIN_S, cancel_wait_s=45.0)
 EVENTS_EVERY_S = 5.0
 LAST_LINES = 40
 
@@ -111,6 +111,7 @@ class Mirror:
         self._threads: list[threading.Thread] = []
         self._last_events_check = 0.0
         self._missing_pods = ""  # why pods cannot be created, from the workload's Events
+        self._last_copy = time.monotonic()  # when log lines were last copied into the store
 
     # -- lifecycle ------------------------------------------------------------------------------
     def start(self) -> bool:
@@ -315,7 +316,9 @@ class Mirror:
             cancel_requested=self.files.cancel_requested,
             store_full=self.files.disk_full is not None,
             timed_out=False,  # the cluster enforces --timeout (activeDeadlineSeconds): the workload fails
-            logs_drained=self._drained(infos),
+            # drained, or the log copy made no progress for DRAIN_S (a log that cannot be fetched must not hold the
+            # verdict forever; a long log that is still arriving is waited for)
+            logs_drained=self._drained(infos) or time.monotonic() - self._last_copy > DRAIN_S,
         )
 
     def _end_gang(self) -> None:
@@ -537,6 +540,7 @@ class Mirror:
             backoff = min(3.0, backoff * 2)
 
     def _copy(self, info: PodInfo, splitter: LineSplitter, lines: list[str], *, final: bool = False) -> None:
+        self._last_copy = time.monotonic()
         records = [r for line in lines for r in splitter.feed(line)]
         if final:
             records += splitter.flush()

@@ -36,7 +36,7 @@ from nbtrain.store import PRIVATE_UMASK, read_json, write_json_atomic
 POLL_S = 0.1
 # failure_settle: collect near-simultaneous rank errors before ending the gang; done_grace: all ranks done but a
 # launcher lingers (elastic agent shutdown): end it after this long; cancel: ending the gang is synchronous here.
-RULES = Rules(done_grace_s=3.0, failure_settle_s=0.3, cancel_wait_s=0.0, drain_s=0.0)
+RULES = Rules(done_grace_s=3.0, failure_settle_s=0.3, cancel_wait_s=0.0)
 RESERVE = ".verdict-reserve"  # freed when the disk is full, so the verdict can be written
 RESERVE_BYTES = 256 * 1024
 LAST_LINES = 40
@@ -425,7 +425,7 @@ RESTART_DELAY_S = 1.0
 
 def next_attempt(plan: dict[str, Any]) -> Path:
     """Plan and write the next attempt of the same run (same spec, bundle and checkpoint root)."""
-    from nbtrain.backends.local.backend import LocalBackend
+    from nbtrain.backends.local.backend import LocalBackend, write_attempt_files
     from nbtrain.store import Store
 
     store = Store(plan["store_root"])
@@ -433,10 +433,7 @@ def next_attempt(plan: dict[str, Any]) -> Path:
     attempt = int(plan["attempt"]) + 1
     new = LocalBackend(store).plan_restart(record.spec, plan["bundle_dir"], plan["bundle_digest"], plan["run_id"],
                                            attempt=attempt, restart_budget=int(plan["restart_budget"]))
-    directory = Path(new.request["attempt_dir"])
-    directory.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(directory / "plan.json", dict(new.request))
-    return directory
+    return write_attempt_files(new.request)
 
 
 def main() -> None:
