@@ -16,7 +16,8 @@ Usage:
   python bench/stream.py --ranks 512 --lines-per-s 1000000 # 64 nodes x 8, same targets
   python bench/stream.py --soak 600                        # 10 minutes at 100,000 lines/s: memory stays flat
 
-MLflow tracking is as the environment says (on unless NBTRAIN_TRACKING=0); the line printed first says which.
+MLflow tracking is as the environment says (on unless NBTRAIN_TRACKING=0; the store is MLFLOW_TRACKING_URI, by
+default a sqlite file beside the bench's NBTRAIN_HOME); the line printed first says which.
 ``--naive-seconds N`` also watches the same gang the naive way (a thread printing every line into an
 ipywidgets.Output) for comparison (default: 5 s at the default size, skipped otherwise).
 """
@@ -345,6 +346,8 @@ def main() -> int:
     if naive is None:
         naive = 5.0 if (args.ranks == 16 and args.lines_per_s == 100_000 and not args.soak) else 0.0
     os.environ.setdefault("NBTRAIN_HOME", tempfile.mkdtemp(prefix="nbtrain-stream-"))
+    # with tracking on, the run's tracking agent (a process beside the run, not the kernel) writes here
+    os.environ.setdefault("MLFLOW_TRACKING_URI", f"sqlite:///{os.environ['NBTRAIN_HOME']}/mlflow.db")
 
     ours, missed = _measure(args, seconds)
     if naive > 0:
