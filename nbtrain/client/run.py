@@ -307,12 +307,15 @@ class Run:
         """After the run ended: wait (bounded) until the tracking agent completed the MLflow run."""
         if not self._tracking or not state.terminal:
             return
-        from nbtrain.tracking.starter import wait_finalized
+        from nbtrain.tracking.starter import agent_error, finalized, wait_finalized
 
         snap = self.snapshot(refresh=False)
         ledger = wait_finalized(self.store, self.id, attempt=snap.attempt, state=snap.state.value,
                                 timeout=self.TRACKING_WAIT_S)
         self.record.tracking_run_id = self.record.tracking_run_id or ledger.mlflow_run_id
+        problem = None if finalized(ledger, snap.attempt, snap.state.value) else agent_error(self.store.run_dir(self.id))
+        if problem:
+            self.notice(problem)
 
     def close(self) -> None:
         """Stop following the run in this process (the run goes on, and so does its MLflow tracking agent)."""

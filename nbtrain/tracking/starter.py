@@ -45,6 +45,7 @@ __all__ = [
     "AGENT_MARKER",
     "AgentProblems",
     "agent_alive",
+    "agent_error",
     "ensure_agent",
     "finalized",
     "needs_agent",
@@ -246,14 +247,29 @@ def ensure_agent(store: Store, record: RunRecord) -> int | None:
 
 # -- reading what the agent leaves ---------------------------------------------------------------
 def wait_finalized(store: Store, run_id: str, *, attempt: int, state: str, timeout: float) -> Ledger:
-    """Wait (at most ``timeout`` s, less when no agent lives) until MLflow has all of ``attempt``; the ledger."""
+    """Wait until MLflow has all of ``attempt``; the ledger.
+
+    At most ``timeout`` s, and less when no agent lives or the agent reports a problem with MLflow (it goes
+    on retrying in the background; the caller shows the problem rather than making the user wait for it).
+    """
     run_dir = store.run_dir(run_id)
     deadline = time.monotonic() + timeout
     while True:
         ledger = Ledger.load(run_dir / LEDGER_NAME)
-        if finalized(ledger, attempt, state) or time.monotonic() >= deadline or not agent_alive(run_dir):
+        if (finalized(ledger, attempt, state) or time.monotonic() >= deadline or not agent_alive(run_dir)
+                or agent_error(run_dir)):
             return ledger
         time.sleep(0.1)
+
+
+def agent_error(run_dir: Path) -> str | None:
+    """The agent's latest problem with MLflow (None when it has none)."""
+    try:
+        data: Any = json.loads((run_dir / AGENT_STATE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    error = data.get("error") if isinstance(data, dict) else None
+    return str(error) if error else None
 
 
 class AgentProblems:
@@ -279,9 +295,4 @@ class AgentProblems:
         if mtime == self._seen:
             return None
         self._seen = mtime
-        try:
-            data: Any = json.loads(self.path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return None
-        error = data.get("error") if isinstance(data, dict) else None
-        return str(error) if error else None
+        return agent_error(self.path.parent)
