@@ -54,6 +54,21 @@ def test_file_tail_reads_blocks_of_complete_lines_and_counts_them(tmp_path: Path
     assert tail.read_lines() == ["x" * 60] and tail.lines == 5  # reopened where it was
 
 
+def test_file_tail_reads_more_than_its_first_read_in_one_block(tmp_path: Path) -> None:
+    path = tmp_path / "rank-0.log"
+    lines = [f"line {i:06d} " + "x" * (i % 50) for i in range(20_000)]  # ~800 KB: more than one first read
+    _append(path, "".join(line + "\n" for line in lines).encode() + b"partial")
+    for keep_open in (True, False):
+        tail = FileTail(path, keep_open=keep_open)
+        data, count = tail.read_block()
+        assert count == 20_000 and FileTail.texts(data) == lines and tail.offset == len(data)
+        small = FileTail(path, keep_open=keep_open)
+        data, count = small.read_block(max_bytes=100_000)  # a smaller window: the lines that fit, complete
+        assert 0 < count < 20_000 and FileTail.texts(data) == lines[:count] and data.endswith(b"\n")
+        tail.close()
+        small.close()
+
+
 def test_a_block_decodes_only_its_tail() -> None:
     block = LineBlock(3, 0, 10, 4, b"a\nbb\nccc\ndddd\n")
     assert block.texts() == ["a", "bb", "ccc", "dddd"]
