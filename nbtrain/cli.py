@@ -29,6 +29,8 @@ from nbtrain.errors import (
     RunNotFoundError,
     SpecError,
 )
+from nbtrain.listing import runs_table
+from nbtrain.model import json_safe
 
 __all__ = ["EXIT_CODES", "main"]
 
@@ -76,37 +78,20 @@ def _spec_json(spec: Any) -> dict[str, Any]:
 
 
 def _run_json(run: Any, *, metrics: bool = False) -> dict[str, Any]:
-    state = run.status()
-    record = run.record
-    data: dict[str, Any] = {
-        "run_id": run.id, "name": run.spec.name, "state": state.value, "backend": record.backend,
-        "nodes": run.spec.nodes, "procs_per_node": run.spec.procs, "world_size": run.spec.world_size,
-        "created": record.created, "ended": record.ended, "bundle_digest": record.bundle_digest,
-        "kind": record.kind, "notebook": record.notebook,
-    }
+    """The run's RunSummary (the one wire model: REST rows, ``%nbtrain runs``); ``metrics`` adds the detail."""
+    snapshot = run.snapshot()
+    data: dict[str, Any] = snapshot.summary(notebook=run.notebook, tracking_url=run.tracking_url()).to_json()
     if metrics:
-        run.sync()
-        data["failure"] = record.failure if state.value == "failed" else None
-        data["last_metrics"] = run.view.last_metrics(0)
+        data["failure_detail"] = snapshot.failure.to_dict() if snapshot.failure else None
+        data["last_metrics"] = dict(snapshot.last_metrics)
+        data["notices"] = list(snapshot.notices)
         data["spec"] = _spec_json(run.spec)
-    return data
-
-
-def _age(seconds: float) -> str:
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    return f"{seconds / 60:.0f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
+        data["submitted_from"] = dict(run.record.notebook)  # notebook path and cell, or the job directory
+    return dict(json_safe(data))
 
 
 def _runs_table(rows: list[dict[str, Any]]) -> str:
-    if not rows:
-        return "no runs yet: start one with `nbtrain submit DIR` or %%distributed"
-    now = time.time()
-    table = [("RUN", "STATE", "BACKEND", "GANG", "STARTED")]
-    table += [(r["run_id"], r["state"], r["backend"], f"{r['nodes']}x{r['procs_per_node']}",
-               _age(now - r["created"]) + " ago") for r in rows]
-    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in table)
+    return runs_table(rows, now=time.time(), empty="no runs yet: start one with `nbtrain submit DIR` or %%distributed")
 
 
 # ---------------------------------------------------------------------------------------------- commands

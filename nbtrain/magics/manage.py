@@ -11,6 +11,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class
 
 from nbtrain.errors import NbtrainError
+from nbtrain.listing import runs_table
 
 __all__ = ["ManageMagics"]
 
@@ -61,14 +62,6 @@ def _parser() -> _Parser:
     export.add_argument("--cell", default="last")
     export.add_argument("--params", default=None)
     return parser
-
-
-def _age(seconds: float) -> str:
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    if seconds < 5400:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
 
 
 @magics_class
@@ -156,12 +149,5 @@ class ManageMagics(Magics):
 
     @staticmethod
     def _runs_table(all_runs: list[Any]) -> str:
-        if not all_runs:
-            return "no runs yet: start one with %%distributed"
-        now = time.time()
-        rows = [("RUN", "STATE", "BACKEND", "GANG", "STARTED")]
-        for run in all_runs:
-            rows.append((run.id, run.status().value, run.record.backend,
-                         f"{run.spec.nodes}x{run.spec.procs}", _age(now - run.record.created) + " ago"))
-        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-        return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows)
+        rows = [run.snapshot().summary(notebook=run.notebook).to_json() for run in all_runs]
+        return runs_table(rows, now=time.time(), empty="no runs yet: start one with %%distributed")

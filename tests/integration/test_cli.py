@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
@@ -100,13 +101,16 @@ def test_export_submit_wait_and_inspect(home: Path, tmp_path: Path) -> None:
     assert "succeeded" in done.stdout and "world size 2" in done.stdout
 
     runs = json.loads(nbtrain("runs", "--json").stdout)
-    assert [r["run_id"] for r in runs] == [run_id] and runs[0]["state"] == "succeeded"
+    assert [r["id"] for r in runs] == [run_id] and runs[0]["state"] == "succeeded"
+    schema = json.loads((Path(__file__).resolve().parents[2] / "nbtrain" / "schemas" / "run-summary.schema.json")
+                        .read_text())
+    jsonschema.validate(runs[0], schema)  # the one wire model, as in the REST API
     table = nbtrain("runs").stdout
     assert "RUN" in table and run_id in table and "1x2" in table
 
     status = json.loads(nbtrain("status", run_id[:8], "--json").stdout)
     assert status["state"] == "succeeded" and status["last_metrics"] == {"answer": 42.0}
-    assert status["notebook"]["job_dir"] == str(job.resolve())
+    assert status["submitted_from"]["job_dir"] == str(job.resolve())
     assert "succeeded" in nbtrain("status", run_id).stdout
 
     logs = nbtrain("logs", run_id, "--rank", "1")
@@ -193,7 +197,7 @@ def test_failed_run_exit_code_and_reason(home: Path, tmp_path: Path) -> None:
     reason = next(line for line in lines if line.startswith("nbtrain submit: "))
     assert f"run {run_id} failed: rank 1" in reason and "ValueError: rank one refuses" in reason
     status = json.loads(done.stdout[done.stdout.index("{"):])
-    assert status["state"] == "failed" and status["failure"]["rank"] == 1
+    assert status["state"] == "failed" and status["failed_rank"] == 1 and status["failure_detail"]["rank"] == 1
 
 
 def _wait_for(predicate: Any, timeout: float = 60) -> None:
