@@ -138,6 +138,11 @@ def literal_params(main_source: str, literal_names: list[str]) -> dict[str, str]
 _NOT_LITERAL = object()
 
 
+def config_params(values: Mapping[str, Any]) -> dict[str, str]:
+    """``init_trackers(config=...)`` (already flattened by the ranks) as params; secret-looking ones masked."""
+    return {mlflow_key(str(name)): _param_text(str(name), value, str(value)) for name, value in values.items()}
+
+
 def _param_text(name: str, value: Any, text: str) -> str:
     if looks_secret(name, value if isinstance(value, (str, bytes)) else text):
         return MASK

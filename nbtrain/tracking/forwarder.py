@@ -36,7 +36,7 @@ from nbtrain.events import Event, EventKind
 from nbtrain.model import Batch, RunSnapshot, RunState
 from nbtrain.secrets import redact_url
 from nbtrain.tracking.artifacts import new_run_params, new_run_tags, upload_artifacts
-from nbtrain.tracking.describe import experiment_name, mlflow_key, worker_tags
+from nbtrain.tracking.describe import config_params, experiment_name, mlflow_key, worker_tags
 from nbtrain.tracking.ledger import Entry, Ledger, Pending, Point, stream_key
 from nbtrain.tracking.links import LEDGER_NAME, LOCK_NAME
 
@@ -105,6 +105,7 @@ class TrackingForwarder:
         self._phase = "connect"
         self._attempts: set[int] = set()
         self._failures: dict[int, dict[str, Any]] = {}  # each attempt's failure report, from its events
+        self._params: dict[str, str] = {}  # init_trackers' config, logged as params before the next batch
         self._noticed: set[str] = set()
 
     # -- called by the watcher ---------------------------------------------------------------------
@@ -409,6 +410,8 @@ class TrackingForwarder:
                         continue
             elif event.kind is EventKind.ENV and event.rank == 0:
                 entry.tags = worker_tags(event.data)
+            elif event.kind is EventKind.PARAMS and event.rank == 0:
+                self._params.update(config_params(event.data.get("values") or {}))
             self._pending.add(entry)
 
     def _log_pending(self) -> None:
@@ -418,6 +421,8 @@ class TrackingForwarder:
         crash in between re-sends at most that much, as identical points (dropped by SQL stores).
         """
         assert self._sink is not None and self._ledger.mlflow_run_id is not None
+        if self._params:
+            self._log_params()
         self._phase = "log metrics"
         changed, saved = False, time.monotonic()
         for points, tags, entries in self._pending.chunks():
@@ -430,6 +435,21 @@ class TrackingForwarder:
                 changed, saved = False, time.monotonic()
         if changed:
             self._ledger.save(self._ledger_path)
+
+    def _log_params(self) -> None:
+        """``init_trackers`` config as params: new keys logged, same values skipped (params are immutable in
+        MLflow: a resume that changed one is named in a notice, never an error that stops forwarding)."""
+        assert self._sink is not None and self._ledger.mlflow_run_id is not None
+        self._phase = "log params"
+        existing = self._sink.params(self._ledger.mlflow_run_id)
+        fresh = {k: v for k, v in self._params.items() if k not in existing}
+        changed = sorted(k for k, v in self._params.items() if k in existing and existing[k] != v)
+        if fresh:
+            self._sink.log_params(self._ledger.mlflow_run_id, fresh)
+        if changed:
+            self.run.notice(f"init_trackers config changed {', '.join(changed)} since the MLflow run logged them; "
+                            "MLflow keeps a param's first value")
+        self._params.clear()
 
     def _reopen_if_resumed(self) -> None:
         done = self._ledger.finalized

@@ -128,6 +128,10 @@ class MlflowSink:
             synchronous=True,
         )
 
+    def params(self, run_id: str) -> dict[str, str]:
+        """The params the MLflow run has already."""
+        return dict(self.client.get_run(run_id).data.params)
+
     def log_params(self, run_id: str, params: Mapping[str, str]) -> None:
         """Params in batches of 100."""
         items = list(params.items())
