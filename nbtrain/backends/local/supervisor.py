@@ -19,9 +19,10 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, NoReturn
 
 from nbtrain.backends import triage
 from nbtrain.backends.hang import Assessment, RankProgress, assess, desync_at_failure, effective_stall_after
@@ -436,17 +437,18 @@ def next_attempt(plan: dict[str, Any]) -> Path:
     return write_attempt_files(new.request)
 
 
-def main() -> None:
-    """Process entry point: supervise attempts until a verdict that is not followed by a restart."""
-    if len(sys.argv) != 2:
-        sys.stderr.write("usage: python -m nbtrain.backends.local.supervisor ATTEMPT_DIR\n")
-        sys.exit(2)
-    attempt_dir = Path(sys.argv[1])
+def supervise(attempt_dir: Path, *, make: Callable[[Path], Supervisor] = Supervisor,
+              advance: Callable[[dict[str, Any]], Path] = next_attempt) -> NoReturn:
+    """Supervise attempts from ``attempt_dir`` until a verdict that is not followed by a restart; exit with it.
+
+    ``make`` builds the supervisor of an attempt and ``advance`` plans and writes the next one (a backend that
+    runs this loop elsewhere, e.g. inside a Slurm allocation, passes its own).
+    """
     # The store is private (nbtrain.store): what this process, its launchers and their ranks write (status, logs,
     # events, result.pkl, checkpoints in the run directory) is this user's only, whatever the kernel's umask.
     os.umask(PRIVATE_UMASK)
     while True:
-        supervisor = Supervisor(attempt_dir)
+        supervisor = make(attempt_dir)
         state = supervisor.run()
         if not supervisor.will_retry:
             break
@@ -456,8 +458,16 @@ def main() -> None:
             supervisor._finish(RunState.CANCELLED, "cancelled by the user while restarting")
             state = RunState.CANCELLED
             break
-        attempt_dir = next_attempt(supervisor.plan)
+        attempt_dir = advance(supervisor.plan)
     sys.exit(0 if state is RunState.SUCCEEDED else 1)
+
+
+def main() -> None:
+    """Process entry point: ``python -m nbtrain.backends.local.supervisor ATTEMPT_DIR``."""
+    if len(sys.argv) != 2:
+        sys.stderr.write("usage: python -m nbtrain.backends.local.supervisor ATTEMPT_DIR\n")
+        sys.exit(2)
+    supervise(Path(sys.argv[1]))
 
 
 if __name__ == "__main__":

@@ -19,20 +19,19 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 from nbtrain.backends.local import procs
 from nbtrain.backends.local.ports import free_port
-from nbtrain.backends.local.supervisor import RESTART_DELAY_S, Supervisor
+from nbtrain.backends.local.supervisor import Supervisor, supervise
 from nbtrain.backends.slurm import cli
 from nbtrain.backends.slurm.jobstate import slurm_verdict
 from nbtrain.backends.slurm.script import srun_argv
 from nbtrain.backends.verdict import Decision
 from nbtrain.events import EventKind, FileTail, parse_line
 from nbtrain.model import RunState
-from nbtrain.store import PRIVATE_UMASK, write_json_atomic
+from nbtrain.store import write_json_atomic
 
 
 class _Step:
@@ -190,25 +189,11 @@ def next_attempt(plan: dict[str, Any]) -> Path:
 
 
 def main() -> None:
-    """Process entry point: supervise attempts until a verdict that is not followed by a restart."""
+    """Process entry point (the batch script's): ``python -m nbtrain.backends.slurm.supervisor ATTEMPT_DIR``."""
     if len(sys.argv) != 2:
         sys.stderr.write("usage: python -m nbtrain.backends.slurm.supervisor ATTEMPT_DIR\n")
         sys.exit(2)
-    attempt_dir = Path(sys.argv[1])
-    os.umask(PRIVATE_UMASK)
-    while True:
-        supervisor = SlurmSupervisor(attempt_dir)
-        state = supervisor.run()
-        if not supervisor.will_retry:
-            break
-        time.sleep(RESTART_DELAY_S)
-        if supervisor.cancel_requested or (attempt_dir / "cancel.request").exists():
-            supervisor.cancel_requested = True
-            supervisor._finish(RunState.CANCELLED, "cancelled by the user while restarting")
-            state = RunState.CANCELLED
-            break
-        attempt_dir = next_attempt(supervisor.plan)
-    sys.exit(0 if state is RunState.SUCCEEDED else 1)
+    supervise(Path(sys.argv[1]), make=SlurmSupervisor, advance=next_attempt)
 
 
 __all__ = ["SlurmSupervisor", "main", "next_attempt"]
