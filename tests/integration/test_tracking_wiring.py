@@ -29,21 +29,23 @@ for step in range(6):
 ''')
     run = shell.user_ns["run"]
     assert len(pids_with_env("NBTRAIN_TRACKING_OF", {run.id})) == 1  # started at submit, in its own process
-    assert run.wait(timeout=180).value == "succeeded"  # returns with the MLflow run complete
-    assert (tmp_path / "mlflow.db").exists()
+    assert run.wait(timeout=180).value == "succeeded"
     assert not any(t.name.startswith("nbtrain-mlflow") for t in threading.enumerate())  # nothing forwarded here
+    deadline = time.monotonic() + 120
+    while pids_with_env("NBTRAIN_TRACKING_OF", {run.id}):  # the agent exits once the MLflow run is complete
+        assert time.monotonic() < deadline, "the tracking agent did not exit"
+        time.sleep(0.1)
+    log = (run.store.run_dir(run.id) / "tracking-agent.log").read_text()
+    assert "exiting (0)" in log, log
+    assert (tmp_path / "mlflow.db").exists()
     import mlflow
 
     client = mlflow.MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
     (found,) = client.search_runs([client.get_experiment_by_name("wiring").experiment_id])
-    assert found.info.run_id == run.record.tracking_run_id and found.info.status == "FINISHED"
+    assert found.info.run_id == run.store.load(run.id).tracking_run_id and found.info.status == "FINISHED"
     history = [(m.step, m.value) for m in client.get_metric_history(found.info.run_id, "loss")]
     assert sorted(history) == run.metrics(0)["loss"]
     assert found.data.tags["nbtrain.run_id"] == run.id
-    deadline = time.monotonic() + 60
-    while pids_with_env("NBTRAIN_TRACKING_OF", {run.id}):  # the agent exits once the MLflow run is complete
-        assert time.monotonic() < deadline
-        time.sleep(0.1)
 
 
 def test_no_tracking_flag(shell: Any, run_cell: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
