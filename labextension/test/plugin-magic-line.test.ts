@@ -56,7 +56,7 @@ describe("the dialog's starting values", () => {
 
   it("fall back to the defaults for missing or unknown values", () => {
     assert.deepEqual(readOptions("f()"), DEFAULT_OPTIONS);
-    assert.deepEqual(readOptions("%%distributed --backend slurm --strategy zero --gpus lots"),
+    assert.deepEqual(readOptions("%%distributed --backend ray --strategy zero --gpus lots"),
       { ...DEFAULT_OPTIONS, gpus: 1 });
   });
 });
@@ -76,7 +76,7 @@ describe("the dialog's choices", () => {
 
   it("mark which backends honour each option", () => {
     assert.deepEqual(JOB_OPTIONS.options["--namespace"].backends, ["kubernetes"]);
-    assert.deepEqual(JOB_OPTIONS.options["--max-restarts"].backends, ["local"]);
+    assert.deepEqual(JOB_OPTIONS.options["--max-restarts"].backends, ["local", "slurm"]);
     assert.equal(JOB_OPTIONS.options["--name"].backends, null);
   });
 });
