@@ -23,7 +23,7 @@ from nbtrain.model import Batch, Failure, LogPage, RunSnapshot, RunState, RunSta
 from nbtrain.secrets import redact_url
 from nbtrain.spec import JobSpec, tracking_default
 from nbtrain.store import RunRecord, Store
-from nbtrain.view import RunView
+from nbtrain.view import RunView, metric_history
 
 __all__ = ["Run"]
 
@@ -182,21 +182,12 @@ class Run:
             raise ValueError(f"rank {rank} does not exist; this run has ranks 0-{self.spec.world_size - 1}.")
 
     def metrics(self, rank: int = 0) -> dict[str, list[tuple[int, float]]]:
-        """Every metric ``rank`` reported so far: ``{name: [(step, value), ...]}`` in report order.
+        """Every metric ``rank`` reported so far: ``{name: [(step, value), ...]}`` by step, in full.
 
-        Across attempts, points of a later attempt replace those of an earlier one at the same step.
+        Read from the run's event files (the monitor keeps only a decimated series in memory). Across
+        attempts, points of a later attempt replace those of an earlier one at the same step.
         """
-        self.sync()
-        with self._lock:
-            series = self.view.metrics.get(rank, {})
-            out: dict[str, list[tuple[int, float]]] = {}
-            for name, points in series.items():
-                latest: dict[int, tuple[int, float]] = {}
-                for attempt, step, value in points:
-                    if step not in latest or attempt >= latest[step][0]:
-                        latest[step] = (attempt, value)
-                out[name] = [(step, value) for step, (_, value) in sorted(latest.items())]
-            return out
+        return metric_history(self.backend.events(self.handle, follow=False), rank)
 
     def checkpoints(self) -> list[dict[str, Any]]:
         """Complete checkpoints written so far: ``[{"step", "path", "time", "attempt", "bytes"}, ...]`` by step."""
