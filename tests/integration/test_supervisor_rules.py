@@ -87,6 +87,10 @@ def test_timeout_fails_the_run_and_ends_the_gang(home: Path, survivors: Any) -> 
     assert status.state is RunState.FAILED
     assert "timeout of 2" in status.failure.reason
     assert time.monotonic() - started < 15
+    assert pids_with_env("NBTRAIN_RUN_ID", {plan.run_id}) == []  # the gang was gone before the verdict
+    deadline = time.monotonic() + 5  # the supervisor that wrote the verdict may still be exiting
+    while survivors() and time.monotonic() < deadline:
+        time.sleep(0.1)
     assert survivors() == []
 
 
