@@ -12,6 +12,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from procs import pids_with_env  # tests/support, put on sys.path by tests/conftest.py
+
 from nbtrain.backends.base import Plan, RunHandle
 from nbtrain.backends.local import LocalBackend
 from nbtrain.model import RunState
