@@ -74,7 +74,7 @@ def test_edited_train_py_is_refused_unless_accepted(job_dir: Path) -> None:
         ("[job]\nnodes = 2\nnodez = 3\n", r"nbtrain.toml line 3: unknown key 'nodez' in \[job\]"),
         ("[job]\nname = 'a'\n\n[job.env]\nX = '1'\n\n[kubernetes]\nflavor = 5\n", r"line 8: kubernetes.flavor = 5 is a int"),
         ("[job]\nname = 'a'\nnodes = 0\n", r"nbtrain.toml line 3 \(job.nodes\): --nodes: 0 is out of range"),
-        ("[job]\nbackend = 'slurm'\n", r"line 2 \(job.backend\): --backend: unknown value 'slurm'"),
+        ("[job]\nbackend = 'ray'\n", r"line 2 \(job.backend\): --backend: unknown value 'ray'"),
         ("[jobs]\nnodes = 1\n", r"line 1: unknown table or key 'jobs'"),
         ("[parameters.lr]\ntype = 'double'\n", r"line 2: parameters.lr.type = 'double'"),
     ],
