@@ -16,6 +16,7 @@ import re
 import shutil
 import subprocess
 import sys
+import sysconfig
 import zipfile
 from pathlib import Path
 
@@ -86,6 +87,13 @@ def test_pip_install_enables_both_extensions(wheel: Path, tmp_path: Path) -> Non
     venv = tmp_path / "venv"
     run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)])
     python = venv / "bin" / "python"
+    if sys.prefix != sys.base_prefix:
+        # the tests run in a venv (CI makes one): --system-site-packages reaches only the base interpreter's
+        # packages, so the test environment's own (jupyterlab, jupyter_server) are added as plain path entries;
+        # the wheel installed below comes first, and the outer editable install's finder is not activated
+        inner = run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).strip().splitlines()[-1]
+        outer = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
+        (Path(inner) / "nbtrain-test-env.pth").write_text("".join(f"{path}\n" for path in sorted(outer)))
     run([str(python), "-m", "pip", "install", "--no-deps", "--no-index", "--ignore-installed",
          "--disable-pip-version-check", str(wheel)])
     env = {k: v for k, v in os.environ.items() if k != "JUPYTER_PATH"}
