@@ -34,11 +34,10 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from helpers import SUPERVISOR_MARKER, BackendUnderTest, pids_with_env
+from kubefixtures import kubernetes_fixtures  # tests/support, put on sys.path by tests/conftest.py
 
 from nbtrain.client import Run
 from nbtrain.store import Store, read_json
-
-KUBERNETES_TESTS = Path(__file__).resolve().parents[1] / "integration" / "kubernetes"
 
 BACKENDS: list[str] = []  # names, in registration order
 
@@ -146,16 +145,7 @@ class KubernetesUnderTest(BackendUnderTest):
         return KubernetesUnderTest(store, KubernetesBackend(store), self.cluster)
 
 
-def _kubernetes_fixtures() -> Any:
-    """tests/integration/kubernetes/conftest.py as a module (its ``running_cluster`` sets the fake cluster up)."""
-    name = "nbtrain_contract_kubernetes_fixtures"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, KUBERNETES_TESTS / "conftest.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
+_kubernetes_fixtures = kubernetes_fixtures
 
 
 @contract_backend("kubernetes")

@@ -11,14 +11,12 @@ exist only in the store's 0600 key file and in the cluster's Secret.
 from __future__ import annotations
 
 import base64
-import importlib.util
 import stat
-import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
+from kubefixtures import kubernetes_fixtures  # tests/support, put on sys.path by tests/conftest.py
 
 from nbtrain.bundle import capture_cell
 from nbtrain.client import submit_bundle
@@ -28,19 +26,9 @@ from nbtrain.spec import JobSpec
 
 pytestmark = pytest.mark.slow
 
-KUBERNETES_TESTS = Path(__file__).resolve().parents[1] / "integration" / "kubernetes"
 
 
-def _kubernetes_fixtures() -> ModuleType:
-    """tests/integration/kubernetes/conftest.py as a module: the fake cluster set up as everywhere else."""
-    name = "nbtrain_security_kubernetes_fixtures"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, KUBERNETES_TESTS / "conftest.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
+_kubernetes_fixtures = kubernetes_fixtures
 
 
 pytest.importorskip("kubernetes", reason="the kubernetes client is not installed")

@@ -134,12 +134,17 @@ class Supervisor:
         self._write_status()
 
     # -- launching --------------------------------------------------------------------------------
-    def _start(self) -> None:
+    def _prepare(self) -> Path:
+        """Directories of the attempt and its notices, before anything starts; returns the attempt's TMPDIR."""
         tmp = Path(self.plan["tmp_dir"])
         tmp.mkdir(parents=True, exist_ok=True)
         self.logs_dir.mkdir(parents=True, exist_ok=True)
         for notice in self.plan.get("notices", []):
             self.out.emit(EventKind.NOTICE, message=notice)
+        return tmp
+
+    def _start(self) -> None:
+        tmp = self._prepare()
         for launcher in self.plan["launchers"]:
             env = dict(os.environ)
             env.update(launcher["env"])

@@ -102,11 +102,7 @@ class SlurmSupervisor(Supervisor):
         write_json_atomic(path, data)
 
     def _start(self) -> None:
-        tmp = Path(self.plan["tmp_dir"])
-        tmp.mkdir(parents=True, exist_ok=True)
-        self.logs_dir.mkdir(parents=True, exist_ok=True)
-        for notice in self.plan.get("notices", []):
-            self.out.emit(EventKind.NOTICE, message=notice)
+        self._prepare()
         write_json_atomic(self.dir / "supervisor.json", {"host": self.host, "identity": self.identity,
                                                         "job_id": self.job_id})
         nodelist = os.environ.get("SLURM_JOB_NODELIST", "")
