@@ -24,13 +24,15 @@ from typing import Any
 
 from nbtrain.backends.local import procs
 from nbtrain.backends.local.ports import free_port
-from nbtrain.backends.local.supervisor import Supervisor, supervise
+from nbtrain.backends.local.supervisor import LAST_LINES, Supervisor, supervise
 from nbtrain.backends.slurm import cli
 from nbtrain.backends.slurm.jobstate import slurm_verdict
 from nbtrain.backends.slurm.script import srun_argv
+from nbtrain.backends.slurm.steplog import blame_node
+from nbtrain.backends.storecursor import tail_lines
 from nbtrain.backends.verdict import Decision
 from nbtrain.events import EventKind, FileTail, parse_line
-from nbtrain.model import RunState
+from nbtrain.model import Failure, RunState
 from nbtrain.store import write_json_atomic
 
 
@@ -119,6 +121,16 @@ class SlurmSupervisor(Supervisor):
                                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True)
         self.launchers.extend(_Step(step) for _ in self.plan["launchers"])  # type: ignore[misc]
+
+    def _failure(self) -> Failure:
+        """The ranks' evidence, unless srun saw another node's task fail first (a dead node: see steplog)."""
+        chosen = super()._failure()
+        try:
+            said = (self.dir / "srun.log").read_text(errors="replace")
+        except OSError:
+            return chosen
+        last = {r: tail_lines(self.logs_dir / f"rank-{r}.log", LAST_LINES) for r in range(self.world)}
+        return blame_node(chosen, said, node_of=self.node_of, last_lines=last) or chosen
 
     def _end_gang(self) -> int:
         step = self.launchers[0].proc if self.launchers else None  # type: ignore[attr-defined]
