@@ -10,6 +10,7 @@ Layout::
     requirements.txt  pinned versions of the distributions the job imports
     README.md         what is here and the exact commands
     k8s/<flavor>.yaml the kubernetes backend's manifests, or k8s/README.md saying why there are none
+    job.sbatch        the job as a Slurm batch job that needs no nbtrain (``sbatch job.sbatch``)
 
 Reading a directory rebuilds the very bundle that was exported (same files, same manifest, same
 digest); a train.py edited after export is refused unless the caller accepts edits, in which case the
@@ -38,6 +39,7 @@ from .manifests import Manifests, kubernetes_manifests
 from .parameters import ENV_NAME, Parameter, params_env, text_of
 from .readme import job_readme
 from .requirements import imported_modules, pickled_modules, requirements
+from .sbatch import SBATCH_NAME, export_sbatch_script
 from .tomlspec import dump_job_toml, load_job_toml
 
 __all__ = ["Job", "JobFiles", "build_job_files", "load_job", "write_job_dir"]
@@ -122,6 +124,8 @@ def build_job_files(
         "exported_by": bundle.manifest.get("created_by"),
     }
     files[TOML_NAME] = dump_job_toml(spec, list(parameters), source).encode()
+
+    files[SBATCH_NAME] = export_sbatch_script(spec).encode()
 
     manifests = manifests if manifests is not None else kubernetes_manifests(spec, bundle)
     k8s_names: dict[str, str] = {}

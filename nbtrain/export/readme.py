@@ -9,6 +9,7 @@ from nbtrain.backends.launch import LaunchTarget, accelerate_argv
 from nbtrain.spec import JobSpec
 
 from .parameters import Parameter, text_of
+from .sbatch import SBATCH_NAME, uses_gpu
 
 __all__ = ["job_readme"]
 
@@ -20,6 +21,25 @@ def _launch(spec: JobSpec, *, use_gpu: bool, node_rank: int, address: str, param
     )
     # argv is [python, -m, accelerate.commands.launch, ...]: the same as the `accelerate launch` command
     return "accelerate launch " + shlex.join(argv[3:]) + params
+
+
+def _slurm_section(spec: JobSpec) -> list[str]:
+    use_gpu = uses_gpu(spec)
+    shape = f"--gres=gpu:{spec.procs} per node" if use_gpu else f"{spec.procs} CPU process(es) per node over gloo"
+    lines = [
+        "On a Slurm cluster, with nbtrain (`nbtrain submit . --backend slurm --partition P`) or without it:",
+        "",
+        "```sh",
+        f"sbatch {SBATCH_NAME}                      # {spec.nodes} node(s), {shape}",
+        f"PYTHON=/shared/venv/bin/python sbatch {SBATCH_NAME}   # an interpreter every node reaches",
+        "```",
+        "",
+        "This directory must be on a filesystem every node mounts at the same path; output goes to "
+        "`slurm-<job id>.out` here.",
+    ]
+    if use_gpu:
+        lines.append("For a partition without GPUs, export again with `--device cpu`.")
+    return [*lines, ""]
 
 
 def job_readme(
@@ -74,6 +94,7 @@ def job_readme(
             ).replace("MAIN_HOST", "$MAIN_HOST")
         )
     lines += ["```", ""]
+    lines += _slurm_section(spec)
     if parameters:
         lines += ["## Parameters", "",
                   "From the notebook's `parameters` cell. Options of `train.py`, `--param NAME=VALUE` of "
@@ -89,6 +110,7 @@ def job_readme(
         "nbtrain.toml": "the job spec: resources, strategy, backend, image, tracking, checkpoints, parameters",
         "requirements.txt": "pinned versions, from the exporting environment, of the packages the job imports",
         "README.md": "this file",
+        SBATCH_NAME: "the job as a Slurm batch job that needs no nbtrain: `sbatch job.sbatch`",
     }
     for rel in files:
         if rel in described:
