@@ -16,7 +16,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nbtrain.model import RunState
-from nbtrain.tracking.describe import failure_text, git_commit, literal_params, run_tags, spec_params
+from nbtrain.tracking.describe import (
+    failure_text,
+    git_commit,
+    literal_params,
+    parameter_overrides,
+    run_tags,
+    spec_params,
+)
 
 if TYPE_CHECKING:
     from nbtrain.client import Run
@@ -52,10 +59,11 @@ def new_run_tags(run: Run) -> dict[str, str]:
 
 
 def new_run_params(run: Run) -> dict[str, str]:
-    """The JobSpec and the cell's captured literals as params."""
+    """The JobSpec and the cell's captured literals as params (a job parameter: the value it runs with)."""
     manifest, main = read_bundle(run)
     names = [str(c.get("name")) for c in (manifest or {}).get("captured") or () if c.get("kind") == "literal"]
-    return {**spec_params(run.spec), **(literal_params(main, names) if names and main else {})}
+    literals = literal_params(main, names) if names and main else {}
+    return {**spec_params(run.spec), **literals, **parameter_overrides(manifest, run.spec.env)}
 
 
 def upload_artifacts(

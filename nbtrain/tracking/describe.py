@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import enum
 import functools
+import json
 import posixpath
 import re
 import subprocess
@@ -26,6 +27,7 @@ __all__ = [
     "git_commit",
     "literal_params",
     "mlflow_key",
+    "parameter_overrides",
     "run_tags",
     "spec_params",
     "worker_tags",
@@ -136,6 +138,23 @@ def literal_params(main_source: str, literal_names: list[str]) -> dict[str, str]
 
 
 _NOT_LITERAL = object()
+
+
+def parameter_overrides(manifest: Mapping[str, Any] | None, env: Mapping[str, str]) -> dict[str, str]:
+    """The values a job's parameters run with (``nbtrain submit --param NAME=TEXT`` -> ``NBTRAIN_PARAMS``) as params.
+
+    Only the bundle's declared ``parameters`` (its manifest) count; each overrides the literal main.py assigns
+    first (its exported default). Secret-looking ones are masked; unreadable ``NBTRAIN_PARAMS``: none.
+    """
+    declared = {str(p.get("name")) for p in (manifest or {}).get("parameters") or () if isinstance(p, Mapping)}
+    try:
+        given = json.loads(env.get("NBTRAIN_PARAMS") or "{}")
+    except ValueError:
+        return {}
+    if not isinstance(given, dict):
+        return {}
+    return {mlflow_key(name): _param_text(name, text, str(text)) for name, text in given.items()
+            if name in declared and isinstance(text, str)}
 
 
 def config_params(values: Mapping[str, Any]) -> dict[str, str]:

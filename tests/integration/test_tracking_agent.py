@@ -84,7 +84,7 @@ def test_submit_without_wait_is_tracked_completely_with_no_kernel(home: Path, tm
     job = _export(tmp_path)
 
     started = time.monotonic()
-    done = nbtrain("submit", str(job), cwd=tmp_path)
+    done = nbtrain("submit", str(job), "--param", "LR=0.5", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert time.monotonic() - started < 60  # returned without waiting for the gang (or for MLflow)
     run_id = done.stdout.split(":")[0]
@@ -112,7 +112,7 @@ def test_submit_without_wait_is_tracked_completely_with_no_kernel(home: Path, tm
     assert client.get_experiment(mlflow_run.info.experiment_id).name == "agent-study"
     assert mlflow_run.info.run_name == run_id
     params = mlflow_run.data.params
-    assert params["LR"] == "0.25" and params["STEPS"] == "12"  # the parameters cell's literals
+    assert params["LR"] == "0.5" and params["STEPS"] == "12"  # --param over the parameters cell's literals
     assert params["nbtrain.nodes"] == "1" and params["nbtrain.procs_per_node"] == "2"
     assert params["nbtrain.name"] == "agent" and params["nbtrain.backend"] == "local"
     tags = mlflow_run.data.tags
@@ -122,14 +122,14 @@ def test_submit_without_wait_is_tracked_completely_with_no_kernel(home: Path, tm
     def history(key: str) -> list[tuple[int, float]]:
         return sorted((m.step, m.value) for m in client.get_metric_history(mlflow_run.info.run_id, key))
 
-    assert history("loss") == [(s, 0.25 / (s + 1)) for s in range(12)]  # every step once
+    assert history("loss") == [(s, 0.5 / (s + 1)) for s in range(12)]  # every step once, run with --param LR
     assert history("mean_rank_plus_step") == [(s, s + 0.5) for s in range(12)]
     assert history("nbtrain.attempt") == [(0, 0.0)]
     files = _artifacts(client, mlflow_run.info.run_id)
     assert {"bundle/main.py", "bundle/manifest.json", "logs/attempt-0/rank-0.log", "logs/attempt-0/rank-1.log"} <= files
     assert not any(f.startswith(("failure", "failures/")) for f in files)
     local = client.download_artifacts(mlflow_run.info.run_id, "logs/attempt-0/rank-1.log", str(tmp_path))
-    assert "rank 1 trained at lr 0.25" in Path(local).read_text()
+    assert "rank 1 trained at lr 0.5" in Path(local).read_text()
 
 
 def _kubernetes_fixtures() -> Any:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +18,7 @@ from nbtrain.tracking.describe import (
     git_commit,
     literal_params,
     mlflow_key,
+    parameter_overrides,
     run_tags,
     spec_params,
     worker_tags,
@@ -90,6 +92,19 @@ def test_literal_params_of_a_function_bundle_name_its_arguments() -> None:
     bundle = capture_function(_train, (3,), {"lr": 0.5, "tag": "x"})
     names = [c["name"] for c in bundle.manifest["captured"] if c["kind"] == "literal"]
     assert literal_params(bundle.main_source, names) == {"args": "(3,)", "lr": "0.5", "tag": "x"}
+
+
+def test_a_job_parameter_is_tracked_with_the_value_it_runs_with() -> None:
+    from nbtrain.export.parameters import add_parameters
+
+    bundle = capture_cell("x = (LR, api_key)\n", {"LR": 0.001, "api_key": "plain"}, options=_allow_secrets())
+    bundle, _ = add_parameters(bundle, ["LR", "api_key"], {"LR": 0.001, "api_key": "plain"})
+    names = [c["name"] for c in bundle.manifest["captured"] if c["kind"] == "literal"]
+    assert literal_params(bundle.main_source, names)["LR"] == "0.001"  # main.py's first assignment: the default
+    env = {"NBTRAIN_PARAMS": json.dumps({"LR": "0.05", "api_key": "sk-live-abcdefghijklmnopqrstuvwxyz", "OTHER": "1"})}
+    assert parameter_overrides(bundle.manifest, env) == {"LR": "0.05", "api_key": "***"}
+    assert parameter_overrides(bundle.manifest, {"NBTRAIN_PARAMS": "not json"}) == {}
+    assert parameter_overrides(None, env) == {}
 
 
 def test_literal_params_tolerate_broken_source() -> None:
