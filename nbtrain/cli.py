@@ -260,11 +260,41 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     checks = run_checks()
     names = {c.name for c in checks}
     checks += [c for c in extra_checks() if c.name not in names]
+    slurm = _doctor_slurm_partition(args)
+    if slurm is not None:
+        from nbtrain.backends.slurm.checks import slurm_checks
+
+        checks += slurm_checks(partition=slurm or None)
     if args.json:
         _print_json([{"name": c.name, "ok": c.ok, "detail": c.detail, "fix": c.fix} for c in checks])
     else:
         print(render(checks))
     return EXIT_OK if all(c.ok for c in checks) else EXIT_FAILED
+
+
+def _doctor_slurm_partition(args: argparse.Namespace) -> str | None:
+    """None: no Slurm checks; else the partition to probe ("" = the default one). Slurm is checked when asked
+    (``--backend slurm``) or when NBTRAIN_BACKEND or ./nbtrain.toml (``[job] backend``) selects it."""
+    import os
+
+    partition = args.partition or ""
+    if args.backend is not None:
+        return partition if args.backend == "slurm" else None
+    if os.environ.get("NBTRAIN_BACKEND", "").strip().lower() == "slurm":
+        return partition
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib  # type: ignore[no-redef]
+    try:
+        with open("nbtrain.toml", "rb") as toml_file:
+            data = tomllib.load(toml_file)
+    except (OSError, ValueError):
+        return None
+    job, slurm = data.get("job"), data.get("slurm")
+    if isinstance(job, dict) and job.get("backend") == "slurm":
+        return partition or str((slurm if isinstance(slurm, dict) else {}).get("partition") or "")
+    return None
 
 
 def extra_checks() -> list[Any]:
@@ -375,6 +405,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("doctor", help="check the environment, devices, cluster access and tracking")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--backend", choices=("local", "kubernetes", "slurm"), default=None,
+                   help="also check this backend's access (slurm: client, controller, store seen from the nodes); "
+                        "default: the one NBTRAIN_BACKEND or ./nbtrain.toml selects")
+    p.add_argument("--partition", default=None, help="the Slurm partition whose nodes the store probe runs on")
     p.set_defaults(handler=_cmd_doctor)
     return parser
 
