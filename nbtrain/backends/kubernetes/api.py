@@ -300,18 +300,39 @@ class KubeApi:
             _request_timeout=(CONNECT_TIMEOUT_S, timeout_s + 30)))
         return Stream(response)
 
-    def log(self, pod: str, namespace: str, container: str, *, follow: bool, read_timeout_s: float = 120) -> Stream:
-        """The container's log from its start (``follow``: stays open while the container runs)."""
-        core, _, _ = self._apis()
-        response = self._call("get", "Pod", namespace, pod, lambda: core.read_namespaced_pod_log(
-            pod, namespace, container=container, follow=follow, _preload_content=False,
-            _request_timeout=(CONNECT_TIMEOUT_S, read_timeout_s)))
-        return Stream(response)
+    def log(self, pod: str, namespace: str, container: str, *, follow: bool, since_time: str | None = None,
+            read_timeout_s: float = 120) -> Stream:
+        """The container's log, each line led by its timestamp (``timestamps=true``), from its start or from
+        ``since_time`` (RFC 3339, whole seconds); ``follow``: stays open while the container runs.
 
-    def events_for(self, namespace: str, name: str) -> list[dict[str, Any]]:
-        """Events about the object called ``name`` (e.g. a Job's FailedCreate), oldest first."""
-        items, _ = self.list_items("Event", namespace, field_selector=f"involvedObject.name={name}")
-        return sorted(items, key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))
+        The generated client has no ``sinceTime`` parameter for pod logs (only ``sinceSeconds``, which depends on
+        the node's clock), so the query is added to the request the client builds.
+        """
+        from urllib.parse import urlencode
+
+        core, _, _ = self._apis()
+
+        def run() -> Any:
+            request = core._read_namespaced_pod_log_serialize(
+                name=pod, namespace=namespace, container=container, follow=follow, insecure_skip_tls_verify_backend=None,
+                limit_bytes=None, pretty=None, previous=None, since_seconds=None, stream=None, tail_lines=None,
+                timestamps=True, _request_auth=None, _content_type=None, _headers=None, _host_index=0)
+            if since_time:
+                method, url, *rest = request
+                url += ("&" if "?" in url else "?") + urlencode({"sinceTime": since_time})
+                request = (method, url, *rest)
+            return core.api_client._call_with_legacy_options(
+                request, {"200": "str"}, None, False, (CONNECT_TIMEOUT_S, read_timeout_s), True)
+
+        return Stream(self._call("get", "Pod", namespace, pod, run))
+
+    def warnings_about(self, namespace: str, name: str) -> list[dict[str, Any]]:
+        """Warning Events about the object ``name`` and the objects named after it (``name-…``: a JobSet's Jobs, an
+        operator's pods), oldest first. Whichever controller failed (the Job controller, an operator) is included."""
+        items, _ = self.list_items("Event", namespace, field_selector="type=Warning")
+        mine = [e for e in items if str((e.get("involvedObject") or {}).get("name") or "") == name
+                or str((e.get("involvedObject") or {}).get("name") or "").startswith(name + "-")]
+        return sorted(mine, key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))
 
 
 def watch_events(stream: Stream) -> Iterator[tuple[str, dict[str, Any]]]:

@@ -34,7 +34,7 @@ from nbtrain.backends.kubernetes.config import KubeOptions
 from nbtrain.backends.kubernetes.files import KEY_FILE, AttemptFiles
 from nbtrain.backends.kubernetes.mirror import Mirror, Target
 from nbtrain.backends.kubernetes.payload import RUNTIME_PATH, build_payload
-from nbtrain.backends.kubernetes.pod import EVENT_KEY_FIELD, PodInputs
+from nbtrain.backends.kubernetes.pod import EVENT_KEY_FIELD, PodInputs, preflight_files
 from nbtrain.backends.kubernetes.podstate import parse_time
 from nbtrain.backends.kubernetes.validate import check_spec
 from nbtrain.backends.storecursor import StoreCursor
@@ -119,7 +119,8 @@ class KubernetesBackend(StoreBackedBackend):
         config, _ = accelerate_config(spec, use_gpu=use_gpu, main_address=names.main_address, main_port=options.port)
         config_text = render(config)
         # the generated Accelerate config travels with the runtime: no config in the image changes the run
-        payload = build_payload(bundle_dir, {**runtime_files(), CONFIG_NAME: config_text.encode("utf-8")})
+        payload = build_payload(bundle_dir, {**runtime_files(), **preflight_files(),
+                                             CONFIG_NAME: config_text.encode("utf-8")})
         secret = mf.event_key_secret_name(names.base)
         inputs = PodInputs(
             run_id=run_id, attempt=attempt, image=image, use_gpu=use_gpu, flavor=spec.flavor,

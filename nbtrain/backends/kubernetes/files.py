@@ -5,7 +5,7 @@
     attempts/<n>/events/rank-<r>.jsonl    rank r's events, as the worker wrote them (original seq and time)
     attempts/<n>/events/kubernetes.jsonl  STATE/NOTICE/FAILURE events nbtrain derives from the API objects
     attempts/<n>/logs/rank-<r>.log        rank r's output lines;  logs/node-<i>.log  the launcher's own lines
-    attempts/<n>/mirror.json              lines already copied from each pod's log (uid -> count)
+    attempts/<n>/mirror.json              how far each pod's log is copied (uid -> last timestamp, lines at it)
     attempts/<n>/status.json              the latest state, and the verdict once the run ended
     attempts/<n>/mirror.lock              held by the one process that mirrors (flock)
     attempts/<n>/cancel.request           cancel was asked for (a verdict of CANCELLED follows)

@@ -7,8 +7,10 @@ the run has a verdict and its logs are copied. Its threads:
 - two watches (not polling): the run's pods by label, and the workload by name. Each resumes from
   its last resourceVersion when the stream drops, and lists again on 410 Gone;
 - up to ``log_streams`` followers of pod logs (rank 0 and failing pods first; a failing pod takes
-  the slot of a healthy one). A follower that loses its stream reads the log again from the start
-  and skips the lines already copied (counted per pod in mirror.json), so no line is lost or repeated;
+  the slot of a healthy one). Logs are read with timestamps; a follower that loses its stream asks again
+  from the last copied line's timestamp (``sinceTime``) and skips the lines it already copied at that
+  timestamp (kept per pod in mirror.json, see :mod:`.logresume`), so no line is repeated and none is
+  lost unless the kubelet rotated it away first, which a NOTICE then says;
 - a coordinator that turns what the watches show into STATE/NOTICE events and, once the workload
   has ended and the logs are drained (or ``DRAIN_S`` passed), the verdict (with the first failure).
 
@@ -28,11 +30,11 @@ from pathlib import Path
 from typing import Any
 
 from nbtrain.backends import triage
-from nbtrain.backends.kubernetes import names as nm
 from nbtrain.backends.kubernetes.api import KubeApi, Stream, watch_until
 from nbtrain.backends.kubernetes.errors import KubeApiError
 from nbtrain.backends.kubernetes.files import AttemptFiles, tail_lines
 from nbtrain.backends.kubernetes.lines import Expect, LineSplitter
+from nbtrain.backends.kubernetes.logresume import Resume
 from nbtrain.backends.kubernetes.pod import container_name
 from nbtrain.backends.kubernetes.podstate import (
     Live,
@@ -45,6 +47,7 @@ from nbtrain.backends.kubernetes.podstate import (
     pod_info,
     preemptable,
 )
+from nbtrain.backends.kubernetes.preflight import MARKER as PREFLIGHT_MARKER
 from nbtrain.backends.kubernetes.target import Target
 from nbtrain.backends.verdict import Cause, Clock, Observation, Rules, decide
 from nbtrain.errors import NbtrainError
@@ -111,6 +114,7 @@ class Mirror:
         self._threads: list[threading.Thread] = []
         self._last_events_check = 0.0
         self._missing_pods = ""  # why pods cannot be created, from the workload's Events
+        self._create_failed: tuple[str, str] | None = None  # (reason, message) of a refusal retrying cannot fix
         self._last_copy = time.monotonic()  # when log lines were last copied into the store
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -311,7 +315,8 @@ class Mirror:
         ended = (owner.outcome is not None or not owner.exists) and not running
         return Observation(
             now=time.monotonic(), world=self.t.world, ranks_done=done,
-            rank_failed=errors or any(i.failed for i in current) or owner.outcome is RunState.FAILED,
+            rank_failed=(errors or any(i.failed for i in current) or owner.outcome is RunState.FAILED
+                         or self._create_failed is not None),
             gang_ended=ended, gang_clean=ended and owner.outcome is RunState.SUCCEEDED,
             cancel_requested=self.files.cancel_requested,
             store_full=self.files.disk_full is not None,
@@ -386,8 +391,11 @@ class Mirror:
         return True
 
     def _check_events(self, owner: OwnerState, current: list[PodInfo]) -> str:
-        """Why pods are missing, when they cannot even be created (quota, Pod Security admission): that
-        only shows in the workload's Events. Returns the latest such message ("" when pods are all there)."""
+        """Why pods are missing, when they cannot even be created (quota, Pod Security admission): that only
+        shows in Warning Events, recorded by whichever controller creates them (the Job controller on the Job,
+        the training operator on the PyTorchJob, the JobSet's child Jobs). Returns the latest such message ("" when
+        pods are all there). A refusal that retrying cannot fix (anything but an exhausted quota) is kept in
+        ``_create_failed``: the run then fails with the API's reason instead of "starting" until --timeout."""
         now = time.monotonic()
         if owner.suspended or len(current) >= self.t.nodes:
             self._missing_pods = ""
@@ -395,13 +403,16 @@ class Mirror:
         if now - self._last_events_check < EVENTS_EVERY_S:
             return self._missing_pods
         self._last_events_check = now
-        names = [self.t.name] + ([f"{self.t.name}-{nm.JOBSET_REPLICATED_JOB}-0"] if self.t.flavor == "jobset" else [])
         try:
-            for name in names:
-                for event in self.api.events_for(self.t.namespace, name):
-                    if event.get("type") == "Warning" and event.get("reason") in ("FailedCreate", "FailedScheduling"):
-                        self._notice(f"{event.get('reason')}: {event.get('message', '')}".strip())
-                        self._missing_pods = str(event.get("message", ""))
+            for event in self.api.warnings_about(self.t.namespace, self.t.name):
+                reason, message = str(event.get("reason", "")), str(event.get("message", ""))
+                if reason not in (*_CREATE_REASONS, "FailedScheduling"):
+                    continue
+                self._notice(f"{reason}: {message}".strip())
+                self._missing_pods = message
+                if reason in _CREATE_REASONS and not _transient_create_failure(message):
+                    with self._lock:
+                        self._create_failed = self._create_failed or (reason, message)
         except NbtrainError:
             pass  # events are a hint; missing permission to read them must not stop the run
         return self._missing_pods
@@ -421,7 +432,14 @@ class Mirror:
         elif state is RunState.SUCCEEDED and owner.outcome is RunState.FAILED:
             reason = "every rank finished; the pods ended badly afterwards (ignored)"
         elif state is RunState.FAILED:
-            if not owner.exists and owner.outcome is None and not self.rank_errors and not any(i.failed for i in infos):
+            if self._create_failed is not None and not self.rank_errors and not any(i.failed for i in infos):
+                why, message = self._create_failed
+                failure = Failure(reason=(
+                    f"the {self.t.kind} {self.t.name} could not create its pods ({why}): {message}; nbtrain deleted it. "
+                    "Fix what the message names (in a namespace that enforces the restricted Pod Security level, "
+                    "every container, including one an operator injects, needs a restricted securityContext: "
+                    "see docs/kubernetes.md), then submit again"))
+            elif not owner.exists and owner.outcome is None and not self.rank_errors and not any(i.failed for i in infos):
                 failure = Failure(reason=(
                     f"the {self.t.kind} {self.t.name} was deleted before it finished (by someone else, or after "
                     "its ttlSecondsAfterFinished) and nbtrain did not see how it ended"))
@@ -438,10 +456,20 @@ class Mirror:
 
     def _failure(self, owner: OwnerState, infos: list[PodInfo]) -> Failure:
         elastic: dict[int, int] = {}
+        node_tails: dict[int, list[str]] = {}
         for node in range(self.t.nodes):
-            elastic.update(triage.parse_elastic_failures(
-                "\n".join(tail_lines(self.files.logs_dir / f"node-{node}.log", 400))))
+            node_tails[node] = tail_lines(self.files.logs_dir / f"node-{node}.log", 400)
+            elastic.update(triage.parse_elastic_failures("\n".join(node_tails[node])))
+        if not self.rank_errors:  # the image lacks what the runtime needs: the preflight said what, in the pod log
+            for node, lines in sorted(node_tails.items()):
+                said = next((line for line in lines if line.startswith(PREFLIGHT_MARKER)), None)
+                if said is not None:
+                    return Failure(reason=said[len(PREFLIGHT_MARKER):].strip(), node=node, exit_code=None,
+                                   last_lines=tuple(lines[-LAST_LINES:]))
         last = {r: tail_lines(self.files.logs_dir / f"rank-{r}.log", LAST_LINES) for r in range(self.t.world)}
+        for rank, lines in last.items():  # a rank that printed nothing: its pod's own output (the launcher's, the
+            if not lines:                 # image's errors before any rank started) says more than nothing
+                last[rank] = node_tails.get(rank // max(1, self.t.procs), [])[-LAST_LINES:]
         return first_failure(rank_errors=self.rank_errors, pods=infos, elastic_codes=elastic, procs=self.t.procs,
                              last_lines=last, owner=owner, timeout_s=self.t.timeout_s)
 
@@ -487,6 +515,7 @@ class Mirror:
             obj = self.pods[uid]
         info = self._info(obj)
         entry = self.files.position(uid, info.name, info.node)
+        resume = Resume(entry)
         splitter = LineSplitter(self.expect)
         backoff = 0.2
         while not self._stop.is_set() and not me.stop.is_set():
@@ -495,25 +524,25 @@ class Mirror:
                 with self._lock:
                     info = self._info(self.pods[uid])
                 stream = me.stream = self.api.log(info.name, self.t.namespace, self.container,
-                                                  follow=not info.terminated)
+                                                  follow=not info.terminated, since_time=resume.since_time())
                 with self._lock:
                     self._streams.add(stream)
                 if me.stop.is_set():  # preempted while the request was on its way
                     return
-                index = 0
+                resume.new_stream()
                 for batch in stream.batches():
-                    fresh = batch[max(0, entry["lines"] - index):]
-                    index += len(batch)
+                    fresh = resume.feed(batch)
+                    self._say_gaps(info, resume)
                     if fresh:
                         self._copy(info, splitter, fresh)
-                        entry["lines"] += len(fresh)
                         self.files.save_positions()
                 if stream.closed:
                     return
                 latest = self.api.get("Pod", info.name, self.t.namespace)
                 if latest is None or self._info(latest).terminated:
                     tail = stream.remainder.decode("utf-8", "replace")
-                    self._copy(info, splitter, [tail] if tail else [], final=True)
+                    self._copy(info, splitter, resume.feed([tail]) if tail else [], final=True)
+                    self._say_gaps(info, resume)
                     entry["complete"] = True
                     self.files.save_positions()
                     self._wake.set()
@@ -539,6 +568,15 @@ class Mirror:
             self._stop.wait(backoff)
             backoff = min(3.0, backoff * 2)
 
+    def _say_gaps(self, info: PodInfo, resume: Resume) -> None:
+        """A NOTICE for each stretch of the pod's log the kubelet rotated away before it was copied."""
+        for gap in resume.gaps:
+            self._notice(f"the kubelet rotated the log of pod {info.name} (node {info.node}) before nbtrain copied "
+                         f"all of it: its output after {gap.after} and before {gap.before} is lost (the logs here go "
+                         "on from the oldest line the node still keeps; a larger containerLogMaxSize on the nodes, "
+                         "or a process that keeps following the run, e.g. `nbtrain logs RUN --follow`, avoids this)")
+        resume.gaps.clear()
+
     def _copy(self, info: PodInfo, splitter: LineSplitter, lines: list[str], *, final: bool = False) -> None:
         self._last_copy = time.monotonic()
         records = [r for line in lines for r in splitter.feed(line)]
@@ -550,6 +588,16 @@ class Mirror:
             self._note_rank_event(event)
         if fresh:
             self._wake.set()
+
+
+_CREATE_REASONS = ("FailedCreate", "FailedCreatePod")
+
+
+def _transient_create_failure(message: str) -> bool:
+    """A pod creation refused for a reason that can pass (quota in use, a namespace or pod being deleted): the
+    controller retries, so the run keeps waiting. Anything else (Pod Security, a webhook, an invalid pod) ends it."""
+    text = message.lower()
+    return "exceeded quota" in text or "is being terminated" in text or "object is being deleted" in text
 
 
 def _ending(info: PodInfo, deleted: bool) -> bool:

@@ -2,7 +2,9 @@
 
 What the pod gets and why:
 
-- the command is built by :mod:`nbtrain.backends.launch` (the one place that knows accelerate's flags),
+- the command is the preflight (:mod:`.preflight`: the image has accelerate and torch, else one line naming
+  what is missing and the image, exit 3), which execs the launcher in ``args``;
+- the launcher is built by :mod:`nbtrain.backends.launch` (the one place that knows accelerate's flags),
   with ``--tee 3`` and ``TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE=[rank${rank}]:`` so each line of the
   pod log carries its global rank (``$(VAR)`` is Kubernetes' own expansion, ``${rank}`` torchelastic's);
 - the bundle and the runtime from the ConfigMap (``PYTHONPATH`` points at the runtime, so images without
@@ -21,6 +23,7 @@ What the pod gets and why:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from nbtrain.backends.kubernetes.config import KubeOptions
@@ -29,7 +32,8 @@ from nbtrain.backends.launch import LaunchTarget, accelerate_argv, device_env
 from nbtrain.runtime import context as rt
 from nbtrain.spec import JobSpec
 
-__all__ = ["CONTAINER", "EVENT_KEY_FIELD", "PodInputs", "container_name", "pod_template"]
+__all__ = ["CONTAINER", "EVENT_KEY_FIELD", "PREFLIGHT_MODULE", "PodInputs", "container_name", "pod_template",
+           "preflight_files"]
 
 CONTAINER = "trainer"
 PYTORCHJOB_CONTAINER = "pytorch"  # the training operator requires this name
@@ -38,6 +42,12 @@ LINE_PREFIX = "[rank${rank}]:"
 TEE_LOG_DIR = "/tmp/nbtrain-elastic"
 COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 EVENT_KEY_FIELD = "event-key"  # the key of the event key in its Secret's data
+PREFLIGHT_MODULE = "nbtrain_preflight"  # preflight.py, shipped next to the runtime
+
+
+def preflight_files() -> dict[str, bytes]:
+    """The preflight script, as the runtime files it is shipped with (``{path under the runtime: content}``)."""
+    return {f"{PREFLIGHT_MODULE}.py": Path(__file__).with_name("preflight.py").read_bytes()}
 
 
 def container_name(flavor: str) -> str:
@@ -77,6 +87,14 @@ def launcher_argv(spec: JobSpec, inputs: PodInputs) -> list[str]:
         target=LaunchTarget("nbtrain.runtime.worker", (BUNDLE_PATH,)), config_file=inputs.config_file, tee="3",
         log_dir=TEE_LOG_DIR,
     )
+
+
+def preflight_argv(inputs: PodInputs) -> list[str]:
+    """The container's command: the preflight (:mod:`.preflight`, shipped as ``nbtrain_preflight`` on ``PYTHONPATH``),
+    which checks the image's Python packages and then execs the launcher given as the container's ``args``."""
+    need = ["accelerate", "torch"] + (["cloudpickle"] if "bundle/objects.pkl" in inputs.payload.sizes else [])
+    return [inputs.options.python, "-m", PREFLIGHT_MODULE, "--image", _escape(inputs.image), "--need", ",".join(need),
+            "--"]
 
 
 def _env(spec: JobSpec, inputs: PodInputs) -> list[dict[str, Any]]:
@@ -150,7 +168,8 @@ def pod_template(spec: JobSpec, inputs: PodInputs, *, subdomain: str | None) -> 
         "name": container_name(inputs.flavor),
         "image": inputs.image,
         "imagePullPolicy": "IfNotPresent",
-        "command": launcher_argv(spec, inputs),
+        "command": preflight_argv(inputs),
+        "args": launcher_argv(spec, inputs),
         "env": _env(spec, inputs),
         "ports": [{
             "name": PYTORCHJOB_PORT_NAME if inputs.flavor == "pytorchjob" else "rendezvous",

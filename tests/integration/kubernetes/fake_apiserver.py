@@ -17,7 +17,6 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -149,6 +148,7 @@ class FakeApiServer:
         self.requests: list[tuple[str, str, str, str]] = []  # verb, group, resource, namespace
         self.deletes: list[tuple[str, str, str | None]] = []  # resource, name, propagationPolicy
         self.log_connections: set[socket.socket] = set()  # followed pod logs open now
+        self.log_requests: list[tuple[str, dict[str, str]]] = []  # pod name, query of each log request
         self.max_log_streams = 0  # the most open at once
         self._streams: set[socket.socket] = set()
         self._streams_lock = threading.Lock()
@@ -388,9 +388,19 @@ class _Handler(BaseHTTPRequestHandler):
             container = query.get("container") or "trainer"
             raise ApiError(400, "BadRequest",
                            f'container "{container}" in pod "{name}" is waiting to start: ContainerCreating')
-        follow = query.get("follow") in ("true", "1")
+        follow = query.get("follow", "").lower() in ("true", "1")
+        stamps = query.get("timestamps", "").lower() in ("true", "1")
+        since = query.get("sinceTime") or ""  # RFC 3339 with whole seconds: lines at or after that second
+        if since and not re.match(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$", since):
+            raise ApiError(400, "BadRequest", f'parsing time "{since}" as RFC 3339: cannot parse')
+        self.api.log_requests.append((name, dict(query)))
+
+        def shown(lines: list[tuple[str, bytes]]) -> bytes:
+            kept = [(t, line) for t, line in lines if not since or t[:19] + "Z" >= since]
+            return b"".join((t.encode() + b" " + line) if stamps else line for t, line in kept)
+
         if not follow:
-            data = runtime.log_bytes()
+            data = shown(runtime.read_lines(runtime.first_kept(), 0)[0])
             self.send_response(200)
             self.send_header("Content-Type", "text/plain")
             self.send_header("Content-Length", str(len(data)))
@@ -404,22 +414,19 @@ class _Handler(BaseHTTPRequestHandler):
             self.api.log_connections = open_now
             self.api.max_log_streams = max(self.api.max_log_streams, len(open_now))
         try:
-            for chunk in self._follow(runtime):
-                self._chunk(chunk)
+            index = runtime.first_kept()
+            while not self._broken():
+                lines, done = runtime.read_lines(index, wait=0.2)
+                index += len(lines)
+                data = shown(lines)
+                if data:
+                    self._chunk(data)
+                elif done:
+                    return
         finally:
             with self.api._streams_lock:
                 self.api.log_connections.discard(self.connection)
             self._end_stream()
-
-    def _follow(self, runtime: Any) -> Iterator[bytes]:
-        offset = 0
-        while not self._broken():
-            data, done = runtime.read_from(offset, wait=0.2)
-            if data:
-                offset += len(data)
-                yield data
-            elif done:
-                return
 
 
 def _client_closed(connection: socket.socket) -> bool:

@@ -4,7 +4,9 @@ Job controller: Indexed Jobs (one pod per index, hostname ``<job>-<index>``), ``
 until admitted: :meth:`FakeCluster.admit` plays Kueue), podFailurePolicy (FailJob on exit codes,
 Ignore on DisruptionTarget), backoffLimit, activeDeadlineSeconds, ttlSecondsAfterFinished, deletion
 with propagation (Foreground/Background delete the pods; Orphan leaves them) and garbage collection
-of objects whose ownerReferences point at a deleted owner.
+of objects whose ownerReferences point at a deleted owner. Pods it cannot create (``pod_quota``, or
+``pod_admission``: a Pod Security admission that rejects them) show only as FailedCreate Events of the Job;
+with ``pod_admission`` set, a stand-in for the training operator records FailedCreatePod on PyTorchJobs.
 
 Kubelet: each pod's command runs as a local process with the pod's environment (``value``,
 ``fieldRef``, ``secretKeyRef`` — from Secret objects created through the API, or ``secrets`` preset by a
@@ -12,7 +14,10 @@ test; ``optional`` honoured; ``$(VAR)`` expansion; HOSTNAME; JOB_COMPLETION_INDE
 volumes written out as files, emptyDirs as directories (mount paths rewritten to them), and DNS
 names of pods under a headless Service mapped to 127.0.0.1. Its merged stdout/stderr is the pod log.
 Every process of a pod carries ``FAKE_POD_UID`` so deleting the pod ends all of them, as a container
-runtime would (torchelastic's workers run in their own sessions).
+runtime would (torchelastic's workers run in their own sessions). Log lines are timestamped when read (served
+with ``timestamps``/``sinceTime`` as the API does); ``log_keep_lines`` makes the kubelet rotate: a new log
+request sees only the newest lines. ``image_lacks`` plays images without some Python packages (a stock
+``python:3.11`` has no Accelerate): importing them fails in that image's pods.
 """
 
 from __future__ import annotations
@@ -79,37 +84,61 @@ def expand(text: str, env: dict[str, str]) -> str:
     return re.sub(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)", replace, text)
 
 
-class PodRuntime:
-    """One pod's process and its log (bytes, appended as the process writes)."""
+def log_timestamp() -> str:
+    """Now as the kubelet stamps log lines (RFC 3339, nanoseconds, UTC)."""
+    ns = time.time_ns()
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ns // 10**9)) + f".{ns % 10**9:09d}Z"
 
-    def __init__(self, uid: str) -> None:
+
+class PodRuntime:
+    """One pod's process and its log: complete lines, each with the time it was read, as the kubelet keeps them.
+
+    ``keep_lines``: like a kubelet that rotates container logs, only the newest lines are served to a new log
+    request (an open follow stream goes on across rotation, as the kubelet's does).
+    """
+
+    def __init__(self, uid: str, keep_lines: int | None = None) -> None:
         self.uid = uid
-        self.log = bytearray()
+        self.lines: list[tuple[str, bytes]] = []  # (timestamp, line with its newline; the last may lack it)
+        self.partial = b""
+        self.keep_lines = keep_lines
         self.cond = threading.Condition()
         self.started = False
         self.done = False
         self.process: subprocess.Popen[bytes] | None = None
         self.exit_code: int | None = None
 
-    def log_bytes(self) -> bytes:
+    def first_kept(self) -> int:
+        """Index of the oldest line a new log request is served."""
         with self.cond:
-            return bytes(self.log)
+            return 0 if self.keep_lines is None else max(0, len(self.lines) - self.keep_lines)
 
-    def read_from(self, offset: int, wait: float) -> tuple[bytes, bool]:
+    def log_bytes(self) -> bytes:
+        """The whole log as written (no rotation, no timestamps): for tests to look at."""
         with self.cond:
-            if len(self.log) <= offset and not self.done:
+            return b"".join(line for _, line in self.lines)
+
+    def read_lines(self, index: int, wait: float) -> tuple[list[tuple[str, bytes]], bool]:
+        """Lines from ``index`` on (waiting up to ``wait`` for some), and whether the log is complete."""
+        with self.cond:
+            if len(self.lines) <= index and not self.done:
                 self.cond.wait(timeout=wait)
-            return bytes(self.log[offset:]), self.done and len(self.log) <= offset
+            return list(self.lines[index:]), self.done and len(self.lines) <= index
 
     def pump(self) -> None:
         assert self.process is not None and self.process.stdout is not None
         for chunk in iter(lambda: self.process.stdout.read1(65536), b""):  # type: ignore[union-attr]
+            stamp = log_timestamp()
             with self.cond:
-                self.log += chunk
+                *complete, self.partial = (self.partial + chunk).split(b"\n")
+                self.lines += [(stamp, line + b"\n") for line in complete]
                 self.cond.notify_all()
         self.exit_code = self.process.wait()
         kill_marked(f"{POD_MARKER}={self.uid}", 0.5)  # the container ends with its main process
         with self.cond:
+            if self.partial:
+                self.lines.append((log_timestamp(), self.partial))
+                self.partial = b""
             self.done = True
             self.cond.notify_all()
 
@@ -124,6 +153,9 @@ class FakeCluster:
         self.secrets: dict[tuple[str, str], dict[str, str]] = {}
         self.unschedulable: str | None = None
         self.pod_quota: str | None = None  # when set, creating pods fails (FailedCreate event), like a ResourceQuota
+        self.pod_admission: str | None = None  # when set, an admission (Pod Security, a webhook) rejects every pod
+        self.image_lacks: dict[str, set[str]] = {}  # image -> top-level Python packages it does not have
+        self.log_keep_lines: int | None = None  # when set, the kubelet serves only the newest lines (rotation)
         self.runtimes: dict[str, PodRuntime] = {}
         self.job_times: dict[str, dict[str, float]] = {}
         self.counted: set[str] = set()
@@ -241,6 +273,16 @@ class FakeCluster:
             with self.store.lock:
                 for job in [copy.deepcopy(j) for j in self.store.items("jobs.batch")]:
                     self._reconcile(job)
+                for obj in self.store.items("pytorchjobs.kubeflow.org"):
+                    self._operator(obj)
+
+    def _operator(self, obj: dict[str, Any]) -> None:
+        """The training operator, as far as the fake plays it: it tries to create the replicas' pods and, when an
+        admission rejects them, records FailedCreatePod on the PyTorchJob (it runs no pods otherwise)."""
+        if self.pod_admission and not obj["metadata"].get("deletionTimestamp"):
+            name, ns = obj["metadata"]["name"], obj["metadata"]["namespace"]
+            self._event(ns, obj, "FailedCreatePod",
+                        f'Error creating: pods "{name}-master-0" is forbidden: {self.pod_admission}')
 
     def _pods_of(self, namespace: str, job: dict[str, Any]) -> list[dict[str, Any]]:
         uid = job["metadata"]["uid"]
@@ -341,8 +383,9 @@ class FakeCluster:
 
     def _create_pod(self, job: dict[str, Any], index: int) -> None:
         ns, name = job["metadata"]["namespace"], job["metadata"]["name"]
-        if self.pod_quota:
-            self._event(ns, job, "FailedCreate", f'Error creating: pods "{name}-{index}-" is forbidden: {self.pod_quota}')
+        if self.pod_quota or self.pod_admission:
+            self._event(ns, job, "FailedCreate",
+                        f'Error creating: pods "{name}-{index}-" is forbidden: {self.pod_quota or self.pod_admission}')
             return
         template = copy.deepcopy(job["spec"]["template"])
         meta = template.get("metadata") or {}
@@ -520,8 +563,12 @@ class FakeCluster:
 
     def _run(self, ns: str, pod: dict[str, Any], argv: list[str], env: dict[str, str], cwd: str) -> None:
         uid, name = pod["metadata"]["uid"], pod["metadata"]["name"]
-        runtime = self.runtimes[uid] = PodRuntime(uid)
+        runtime = self.runtimes[uid] = PodRuntime(uid, self.log_keep_lines)
         full_env = {**self.base_env, **env, POD_MARKER: uid}
+        lacks = self.image_lacks.get(str(pod["spec"]["containers"][0].get("image", "")))
+        if lacks:  # the "image" is this host's Python: hide the packages the image would not have
+            full_env["PYTHONPATH"] = os.pathsep.join([str(_hider()), *filter(None, [full_env.get("PYTHONPATH")])])
+            full_env["FAKE_IMAGE_LACKS"] = ",".join(sorted(lacks))
         Path(cwd).mkdir(parents=True, exist_ok=True)
         try:
             runtime.process = subprocess.Popen(argv, env=full_env, cwd=cwd, stdin=subprocess.DEVNULL,
@@ -551,6 +598,28 @@ class FakeCluster:
         self._pod_update(ns, name, terminated)
         self._wake.set()
 
+
+
+_HIDER = """import os, sys
+class _Lacks:
+    names = set(os.environ.get("FAKE_IMAGE_LACKS", "").split(","))
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in self.names:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+sys.meta_path.insert(0, _Lacks())
+"""
+
+
+@functools.cache
+def _hider() -> Path:
+    """A directory whose sitecustomize.py makes the packages in FAKE_IMAGE_LACKS unimportable, as in an image
+    that does not have them (the pod's Python is this host's)."""
+    import tempfile
+
+    root = Path(tempfile.mkdtemp(prefix="fake-image-"))
+    (root / "sitecustomize.py").write_text(_HIDER)
+    return root
 
 
 def _image_roots() -> set[str]:

@@ -1,0 +1,123 @@
+"""What breaks once a platform team runs the backend (issue 16), each against a fake cluster that behaves like
+a real one: a kubelet that rotates container logs, an admission that rejects pods, an image without Accelerate,
+TTL collection of finished Jobs, Kueue without the LocalQueue."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fake_cluster import NAMESPACE, FakeCluster
+
+from nbtrain.backends.kubernetes.backend import stop_mirrors
+from nbtrain.bundle import capture_cell
+from nbtrain.client import attach, submit_bundle
+from nbtrain.errors import RunFailedError
+from nbtrain.model import RunState
+from nbtrain.spec import JobSpec
+from nbtrain.store import Store
+
+pytestmark = pytest.mark.slow
+
+
+def _wait(what: Any, timeout: float, message: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not what():
+        if time.monotonic() > deadline:
+            pytest.fail(message)
+        time.sleep(0.1)
+
+
+def _job_done(cluster: FakeCluster) -> bool:
+    jobs = cluster.store.items("jobs.batch", NAMESPACE)
+    return bool(jobs) and any(c["type"] in ("Complete", "Failed") for c in (jobs[0].get("status") or {}).get("conditions", []))
+
+
+def test_a_log_the_kubelet_rotated_resumes_by_timestamp_and_says_what_was_lost(
+    cluster: FakeCluster, k8s_backend: Any, home: Path, tmp_path: Path,
+) -> None:
+    cluster.log_keep_lines = 50  # the kubelet keeps the newest 50 lines of each container log
+    go = tmp_path / "go"
+    code = (f"import os, time\nfor i in range(20):\n    print(f'line {{i}}', flush=True)\n"
+            f"while not os.path.exists({str(go)!r}):\n    time.sleep(0.05)\n"
+            "for i in range(20, 150):\n    print(f'line {i}', flush=True)\n6 * 7\n")
+    bundle = capture_cell(code, {"__name__": "__main__"})
+    run = submit_bundle(bundle, JobSpec(name="rotate", nodes=1, backend="kubernetes", device="cpu"),
+                        store=k8s_backend.store, backend=k8s_backend)
+    _wait(lambda: "line 19" in run.logs(0), 60, "the first 20 lines were not copied")
+    run.stop_watching()
+    stop_mirrors()  # the kernel is culled: nobody copies the next 130 lines before the kubelet rotates them
+    go.touch()
+    _wait(lambda: _job_done(cluster), 60, "the Job did not finish")
+
+    again = attach(run.id, store=Store(home))
+    assert again.wait(timeout=60) is RunState.SUCCEEDED
+    assert again.result() == 42  # the result event was among the lines still kept
+    copied = [int(line.split()[1]) for line in again.logs(0).splitlines() if line.startswith("line ")]
+    first_kept = copied[20]
+    # every line copied once, in order: the 20 read before, then everything the kubelet still keeps (a count of
+    # lines from the start would skip 20 of those too)
+    assert copied == list(range(20)) + list(range(first_kept, 150)), copied
+    assert 20 < first_kept < 120
+    again.sync()
+    assert any("rotated the log of pod" in n and "is lost" in n for n in again.view.notices), again.view.notices
+    resumed = [q for _, q in cluster.server.log_requests if q.get("sinceTime")]
+    assert resumed and all(q.get("timestamps") == "true" for _, q in cluster.server.log_requests)
+
+
+PSA = ('violates PodSecurity "restricted:latest": allowPrivilegeEscalation != false (container "init-pytorch" must '
+       'set securityContext.allowPrivilegeEscalation=false)')
+
+
+@pytest.mark.parametrize(("flavor", "reason"), [("job", "FailedCreate"), ("pytorchjob", "FailedCreatePod")])
+def test_pods_an_admission_refuses_end_the_run_with_the_apis_reason_whoever_creates_them(
+    cluster: FakeCluster, k8s_backend: Any, flavor: str, reason: str,
+) -> None:
+    cluster.pod_admission = PSA  # the namespace enforces restricted Pod Security; the pods break it
+    cluster.store.crds.add("pytorchjobs.kubeflow.org")
+    bundle = capture_cell("1 + 1\n", {"__name__": "__main__"})
+    run = submit_bundle(bundle, JobSpec(name=f"psa-{flavor}", nodes=2, backend="kubernetes", device="cpu", flavor=flavor),
+                        store=k8s_backend.store, backend=k8s_backend)
+    with pytest.raises(RunFailedError, match=r"could not create its pods"):
+        run.wait(timeout=90)  # not "starting" until --timeout
+    assert run.status() is RunState.FAILED
+    status = k8s_backend.status(run.handle)
+    assert status.failure is not None and f"could not create its pods ({reason})" in status.failure.reason
+    assert PSA in status.failure.reason
+    run.sync()
+    assert any(n.startswith(f"{reason}: Error creating") for n in run.view.notices)
+    name = k8s_backend._target(run.handle).name
+    plural = "jobs.batch" if flavor == "job" else "pytorchjobs.kubeflow.org"
+    assert (plural, name, "Foreground") in cluster.server.deletes  # the workload does not keep retrying
+
+
+def test_a_stock_image_without_accelerate_fails_naming_what_is_missing_and_the_image(
+    cluster: FakeCluster, k8s_backend: Any,
+) -> None:
+    cluster.image_lacks["python:3.11"] = {"accelerate"}
+    bundle = capture_cell("6 * 7\n", {"__name__": "__main__"})
+    run = submit_bundle(bundle, JobSpec(name="stock", nodes=2, backend="kubernetes", device="cpu", image="python:3.11"),
+                        store=k8s_backend.store, backend=k8s_backend)
+    with pytest.raises(RunFailedError) as caught:
+        run.wait(timeout=90)
+    failure = caught.value.failure
+    assert failure is not None
+    assert "the image python:3.11 lacks the Python package accelerate" in failure.reason, failure
+    assert "pip install accelerate" in failure.reason and "--image" in failure.reason
+    assert failure.last_lines  # the pod's own output, not "exit code 1" with no lines
+
+
+def test_when_ranks_printed_nothing_the_failure_shows_the_pods_own_output(cluster: FakeCluster, k8s_backend: Any) -> None:
+    # past the preflight (torch and accelerate are there), the launcher itself dies before any rank starts: a
+    # dependency of Accelerate is missing
+    cluster.image_lacks["registry.example/broken:1"] = {"yaml"}
+    bundle = capture_cell("6 * 7\n", {"__name__": "__main__"})
+    run = submit_bundle(bundle, JobSpec(name="broken", nodes=2, backend="kubernetes", device="cpu",
+                                        image="registry.example/broken:1"), store=k8s_backend.store, backend=k8s_backend)
+    with pytest.raises(RunFailedError) as caught:
+        run.wait(timeout=90)
+    failure = caught.value.failure
+    assert failure is not None and any("No module named 'yaml'" in line for line in failure.last_lines), failure
+    assert all(run.logs(rank) == "" for rank in range(2))  # no rank printed a line: the lines are the pod's
