@@ -24,10 +24,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import IO, Any, NoReturn
 
-from nbtrain.backends import triage
 from nbtrain.backends.hang import Assessment, RankProgress, assess, desync_at_failure, effective_stall_after
 from nbtrain.backends.local import procs
-from nbtrain.backends.storecursor import tail_lines
 from nbtrain.backends.verdict import Cause, Clock, Decision, Observation, Rules, decide
 from nbtrain.events import Event, EventKind, EventWriter, FileTail, parse_line
 from nbtrain.model import Failure, RunState
@@ -195,6 +193,9 @@ class Supervisor:
             self._set_state(RunState.RUNNING)
 
     def _failure(self) -> Failure:
+        from nbtrain.backends import triage  # verdict-time only: not on the way to starting the launchers
+        from nbtrain.backends.storecursor import tail_lines
+
         elastic: dict[int, int] = {}
         for i, _ in enumerate(self.launchers):
             text = "\n".join(tail_lines(self.logs_dir / f"node-{i}.log", 400))
@@ -309,6 +310,9 @@ class Supervisor:
         return idle >= self.hang_timeout
 
     def _hang_failure(self) -> Failure:
+        from nbtrain.backends import triage
+        from nbtrain.backends.storecursor import tail_lines
+
         assert self.stall is not None
         culprit = self.stall.culprits[0] if self.stall.culprits else None
         stacks = [f"rank {r}:\n{dump}" for r in self.stall.stalled
@@ -339,10 +343,14 @@ class Supervisor:
         signal.signal(signal.SIGINT, self._on_signal)
         clock = Clock()
         try:
+            # The launchers first: everything before them is on the path from the user's submit to the first step
+            # (the launchers then spend seconds importing Accelerate). The reserve and the first status follow at
+            # once; until status.json exists readers see the attempt as starting, and a supervisor dying in between
+            # is still found (LocalBackend.status: no status, supervisor gone) and its gang ended (PDEATHSIG, marker).
+            self._start()
             self._reserve()
             self._write_status()
             self.out.emit(EventKind.STATE, state=RunState.STARTING.value, reason="")
-            self._start()
             while True:
                 time.sleep(POLL_S)
                 self._ingest()
