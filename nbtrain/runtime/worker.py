@@ -51,32 +51,36 @@ def redirect_output(logs_dir: str, rank: int) -> None:
 
 
 def environment_report() -> dict[str, Any]:
-    """Host, versions and device of this rank (imports torch: call after the user code would anyway)."""
-    from importlib import metadata
+    """Host, versions and device of this rank (imports torch: call after the user code would anyway).
 
-    def version(dist: str) -> str | None:
-        try:
-            return metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            return None
-
+    Versions come from the imported modules (``__version__``), not from package metadata: scanning the
+    installed distributions costs every rank CPU while the gang starts, and it is the modules that run.
+    """
     device = "cpu"
     gpu_name = None
+    versions: dict[str, str | None] = {"torch": None, "accelerate": None}
     try:
         import torch
 
+        versions["torch"] = str(torch.__version__)
         if os.environ.get("ACCELERATE_USE_CPU", "").lower() not in ("1", "true", "yes") and torch.cuda.is_available():
             index = int(os.environ.get("LOCAL_RANK", "0")) % max(1, torch.cuda.device_count())
             device = f"cuda:{index}"
             gpu_name = torch.cuda.get_device_name(index)
     except ImportError:
         pass
+    try:
+        import accelerate
+
+        versions["accelerate"] = str(accelerate.__version__)
+    except ImportError:
+        pass
     return {
         "host": socket.gethostname(),
         "pid": os.getpid(),
         "python": platform.python_version(),
-        "torch": version("torch"),
-        "accelerate": version("accelerate"),
+        "torch": versions["torch"],
+        "accelerate": versions["accelerate"],
         "device": device,
         "gpu_name": gpu_name,
     }
