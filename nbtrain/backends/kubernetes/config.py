@@ -10,7 +10,7 @@ NBTRAIN_K8S_DEVICE          what ``--device auto`` means on the cluster: ``gpu``
                             ``--gpus`` > 0) or ``cpu`` (CPU-only clusters: ``--gpus`` = processes per pod)
 NBTRAIN_K8S_PYTHON          the image's Python interpreter (default ``python``)
 NBTRAIN_K8S_PORT            rendezvous port on rank 0's pod (default 29500)
-NBTRAIN_K8S_TTL             seconds a finished Job (and its pods' logs) is kept (default 3600)
+NBTRAIN_K8S_TTL             seconds a finished Job (and its pods' logs) is kept (default 604800: 7 days)
 NBTRAIN_K8S_RUN_AS_USER     uid (and gid) of the pods' processes (default 1000; non-root is required)
 NBTRAIN_K8S_LOG_STREAMS     most pod logs followed at once (default 8; rank 0 and failing pods first)
 ==========================  ============================================================================
@@ -50,7 +50,7 @@ class KubeOptions:
     device: str = "gpu"
     python: str = "python"
     port: int = 29500
-    ttl_s: int = 3600
+    ttl_s: int = 7 * 24 * 3600
     run_as_user: int = 1000
     log_streams: int = 8
     kubeconfig: str | None = None
@@ -72,7 +72,7 @@ class KubeOptions:
             device=(env.get("NBTRAIN_K8S_DEVICE") or "gpu").strip().lower(),
             python=env.get("NBTRAIN_K8S_PYTHON") or "python",
             port=_int(env, "NBTRAIN_K8S_PORT", 29500, 1, 65535),
-            ttl_s=_int(env, "NBTRAIN_K8S_TTL", 3600, 0, 30 * 24 * 3600),
+            ttl_s=_int(env, "NBTRAIN_K8S_TTL", 7 * 24 * 3600, 0, 30 * 24 * 3600),
             run_as_user=_int(env, "NBTRAIN_K8S_RUN_AS_USER", 1000, 1, 2**31 - 1),
             log_streams=_int(env, "NBTRAIN_K8S_LOG_STREAMS", 8, 1, 256),
             kubeconfig=env.get("KUBECONFIG") or None,

@@ -115,6 +115,7 @@ class Mirror:
         self._last_events_check = 0.0
         self._missing_pods = ""  # why pods cannot be created, from the workload's Events
         self._create_failed: tuple[str, str] | None = None  # (reason, message) of a refusal retrying cannot fix
+        self._workload_outcome: dict[str, str] | None = None  # how the workload ended, as kept in status.json
         self._last_copy = time.monotonic()  # when log lines were last copied into the store
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -123,6 +124,9 @@ class Mirror:
         if not self.files.try_lock():
             return False
         self.files.reserve()
+        kept = (self.files.read_status() or {}).get("workload")
+        if isinstance(kept, dict) and kept.get("outcome") in (RunState.SUCCEEDED.value, RunState.FAILED.value):
+            self._workload_outcome = {k: str(kept.get(k) or "") for k in ("outcome", "reason", "message")}
         for event in self.files.load():
             self._note_rank_event(event)
         self.out = EventWriter(self.files.events_dir / "kubernetes.jsonl", "kubernetes", attempt=self.t.attempt)
@@ -244,10 +248,32 @@ class Mirror:
         with self._lock:
             self.owner = items[0] if items else None
             self.owner_listed = True
+        self._keep_outcome()
 
     def _on_owner_event(self, kind: str, obj: dict[str, Any]) -> None:
         with self._lock:
             self.owner = None if kind == "DELETED" else obj
+        self._keep_outcome()
+
+    def _keep_outcome(self) -> None:
+        """Copy how the workload ended into the store (status.json's ``workload``) the moment the API says it, so
+        the run's outcome outlives the workload: a Job collected by its TTL before the verdict (the notebook's
+        kernel died meanwhile) is judged by what it said, never "deleted before it finished"."""
+        with self._lock:
+            state = owner_state(self.owner, self.t.flavor)
+            if state.outcome is None or self._workload_outcome is not None:
+                return
+            self._workload_outcome = {"outcome": state.outcome.value, "reason": state.reason, "message": state.message}
+        self._write_status()
+
+    def _owner_now(self) -> OwnerState:
+        """The workload as the API shows it; once it is gone, as it was when nbtrain last saw it end."""
+        owner = owner_state(self.owner, self.t.flavor)
+        seen = self._workload_outcome
+        if not owner.exists and seen is not None:
+            return OwnerState(exists=False, outcome=RunState(seen["outcome"]), reason=str(seen.get("reason") or ""),
+                              message=str(seen.get("message") or ""))
+        return owner
 
     # -- events out -----------------------------------------------------------------------------
     def _emit(self, kind: EventKind, **data: Any) -> None:
@@ -293,7 +319,7 @@ class Mirror:
         self.files.write_status({
             "state": status.state.value, "attempt": self.t.attempt, "started": status.started,
             "ended": status.ended, "failure": status.failure.to_dict() if status.failure else None,
-            "detail": status.detail, "updated": time.time(),
+            "detail": status.detail, "updated": time.time(), "workload": self._workload_outcome,
         })
 
     def _note_rank_event(self, event: Event) -> None:
@@ -344,7 +370,7 @@ class Mirror:
                 with self._lock:
                     if not (self.owner_listed and self.pods_listed):
                         continue
-                    owner = owner_state(self.owner, self.t.flavor)
+                    owner = self._owner_now()
                     infos = {uid: self._info(obj) for uid, obj in self.pods.items()}
                     current = [i for uid, i in infos.items() if uid not in self.deleted]
                 self._schedule(infos)
@@ -431,6 +457,11 @@ class Mirror:
             reason = "cancelled by the user"
         elif state is RunState.SUCCEEDED and owner.outcome is RunState.FAILED:
             reason = "every rank finished; the pods ended badly afterwards (ignored)"
+        elif state is RunState.SUCCEEDED and not owner.exists and len(self.rank_done) < self.t.world:
+            reason = f"the {self.t.kind} completed"
+            self._notice(f"the {self.t.kind} {self.t.name} completed and was deleted (its ttlSecondsAfterFinished, or "
+                         "by someone) before nbtrain copied all of its pods' logs: the outcome is the one the API "
+                         "showed; logs, metrics and the result end where the copy stopped")
         elif state is RunState.FAILED:
             if self._create_failed is not None and not self.rank_errors and not any(i.failed for i in infos):
                 why, message = self._create_failed

@@ -121,3 +121,38 @@ def test_when_ranks_printed_nothing_the_failure_shows_the_pods_own_output(cluste
     failure = caught.value.failure
     assert failure is not None and any("No module named 'yaml'" in line for line in failure.last_lines), failure
     assert all(run.logs(rank) == "" for rank in range(2))  # no rank printed a line: the lines are the pod's
+
+
+def test_a_success_the_api_showed_stays_succeeded_after_the_ttl_collects_the_job(
+    cluster: FakeCluster, k8s_backend: Any, home: Path,
+) -> None:
+    # the notebook cannot list the pods for now (nothing is copied, no verdict is reached) but sees the Job
+    cluster.server.deny("list", "pods")
+    bundle = capture_cell("6 * 7\n", {"__name__": "__main__"})
+    run = submit_bundle(bundle, JobSpec(name="gone", nodes=1, backend="kubernetes", device="cpu"),
+                        store=k8s_backend.store, backend=k8s_backend)
+    _wait(lambda: _job_done(cluster), 90, "the Job did not finish")
+    root = k8s_backend.store.attempt_dir(run.id, 0)
+    status = root / "status.json"
+    _wait(lambda: status.exists() and '"succeeded"' in status.read_text() and '"workload"' in status.read_text(), 20,
+          "the Job's outcome was not kept in the store when the API showed it")
+    run.stop_watching()
+    stop_mirrors()  # the kernel is culled before the verdict
+    assert not run.status().terminal
+    name = k8s_backend._target(run.handle).name
+    cluster.delete("jobs.batch", NAMESPACE, name, "Background")  # ttlSecondsAfterFinished ran out
+    _wait(lambda: not cluster.store.items("pods", NAMESPACE) and not cluster.store.items("jobs.batch", NAMESPACE), 20,
+          "the Job and its pods were not collected")
+    cluster.server.denied.clear()
+
+    again = attach(run.id, store=Store(home))
+    assert again.wait(timeout=60) is RunState.SUCCEEDED  # not "deleted before it finished"
+    again.sync()
+    assert any("before nbtrain copied all of its pods' logs" in n for n in again.view.notices)
+
+
+def test_the_default_ttl_keeps_a_finished_job_for_a_week(k8s_backend: Any) -> None:
+    bundle = capture_cell("6 * 7\n", {"__name__": "__main__"})
+    directory = bundle.write(k8s_backend.store.bundles)
+    plan = k8s_backend.plan(JobSpec(backend="kubernetes", device="cpu"), str(directory), bundle.digest, "ttl-0a1b2c")
+    assert plan.request["objects"][0]["spec"]["ttlSecondsAfterFinished"] == 7 * 24 * 3600

@@ -110,7 +110,7 @@ def test_indexed_job_is_a_gang(make_plan: MakePlan) -> None:
     assert spec["backoffLimit"] == 0
     assert spec["podReplacementPolicy"] == "Failed"
     assert spec["activeDeadlineSeconds"] == 3601  # --timeout 3600.5 rounded up
-    assert spec["ttlSecondsAfterFinished"] == 3600
+    assert spec["ttlSecondsAfterFinished"] == 7 * 24 * 3600  # a week: re-attaching next week still finds logs
     assert "suspend" not in spec
     fail, ignore = spec["podFailurePolicy"]["rules"]
     assert fail == {"action": "FailJob", "onExitCodes": {"containerName": "trainer", "operator": "NotIn", "values": [0]}}
