@@ -9,6 +9,7 @@ half-recorded attempt.
 from __future__ import annotations
 
 import copy
+import os
 import shutil
 import time
 from pathlib import Path
@@ -101,9 +102,38 @@ def _start_tracking_agent(store: Store, record: RunRecord) -> None:
     from nbtrain.tracking.starter import ensure_agent  # stdlib only; mlflow is imported by the agent
 
     try:
-        ensure_agent(store, record)
+        pid = ensure_agent(store, record)
     except Exception:  # noqa: BLE001 - see the docstring
-        pass
+        return
+    if pid is not None:
+        _lower_priority(pid)
+
+
+#: How much less CPU priority (nice) the tracking agent gets than the process that launched the run. The agent
+#: imports MLflow and opens its run (seconds of CPU, as much as a rank's start-up) exactly while the launchers
+#: and ranks import torch and Accelerate: on a machine with few cores that CPU comes off the gang's way to its
+#: first step. At a lower priority it still gets every idle cycle and catches up as soon as the gang computes or
+#: waits; nothing is lost (it forwards from the run's event files).
+AGENT_NICE_INCREMENT = 5
+
+
+def _lower_priority(pid: int) -> None:
+    """Lower process ``pid``'s CPU priority by :data:`AGENT_NICE_INCREMENT`; best effort (never fails the launch).
+
+    On Linux with autogroup scheduling (``/proc/sys/kernel/sched_autogroup_enabled``) CPU is shared between
+    sessions first and a process's nice only ranks it inside its own session; the agent leads a session of its
+    own, so the session's nice (``/proc/PID/autogroup``) is lowered as well.
+    """
+    try:
+        nice = min(19, os.getpriority(os.PRIO_PROCESS, 0) + AGENT_NICE_INCREMENT)
+        os.setpriority(os.PRIO_PROCESS, pid, nice)
+    except (OSError, AttributeError):  # not POSIX, or the agent is gone already
+        return
+    try:
+        with open(f"/proc/{pid}/autogroup", "w", encoding="ascii") as handle:
+            handle.write(str(nice))
+    except OSError:
+        pass  # no autogroups (not Linux, or disabled): the process nice above is what counts
 
 
 def backend_for(record: RunRecord, store: Store) -> Backend:
