@@ -9,6 +9,11 @@ its complete lines, their count and the number of the first one; see :mod:`nbtra
 :class:`LogLines` over those blocks. Iterating it gives :class:`~nbtrain.model.LogLine` objects as before
 (decoded on demand); a bulk reader (the monitor) takes ``lines.blocks`` and decodes only what it shows,
 so 100,000 lines a second cost a few byte copies and newline counts, not 100,000 Python objects.
+
+A watcher polling a large gang ten times a second pays mostly per file (a ``pread`` each, ~1,000 files at 512
+ranks), and most ranks are quiet most of the time: ``poll(skip_idle=True)`` reads a rank's file that had nothing
+new last time only every :data:`IDLE_EVERY` polls (staggered over the files), and every file that had something
+at every poll. Nothing is lost or repeated, only delayed; a plain ``poll()`` reads every file.
 """
 
 from __future__ import annotations
@@ -27,10 +32,11 @@ from nbtrain.events import Event, FileTail, LineBlock, parse_line
 from nbtrain.model import Batch, LogLine
 from nbtrain.store import Store
 
-__all__ = ["LogLines", "StoreCursor", "attempt_numbers", "follow_events", "tail_lines"]
+__all__ = ["IDLE_EVERY", "LogLines", "StoreCursor", "attempt_numbers", "follow_events", "tail_lines"]
 
 MAX_FILE_BYTES = 4 * 1024 * 1024  # read from one file per poll
 BYTES_PER_LINE = 200  # ``max_lines`` becomes a byte budget at this many bytes per line (a soft bound)
+IDLE_EVERY = 4  # ``skip_idle``: a rank's file that had nothing new is read again at one poll in this many
 _RANK_LOG = re.compile(r"rank-([0-9]{1,9})\.log")
 
 
@@ -151,36 +157,61 @@ class StoreCursor:
         self._events: dict[int, tuple[list[str], list[FileTail]]] = {}
         self._logs: dict[int, tuple[list[str], list[tuple[FileTail, int]]]] = {}
         self._kept = 0  # descriptors taken from the process's budget
+        self._idle: set[FileTail] = set()  # rank files whose last read had nothing new (``skip_idle``)
+        self._ranks_own: set[FileTail] = set()  # the event files of ranks (the others are never skipped)
+        self._polls = 0
+        self._resume_at: dict[int, int] = {}  # per attempt: the log file a poll cut by its budget stopped at
 
-    def poll(self, *, max_lines: int = 50_000) -> Batch:
+    def poll(self, *, max_lines: int = 50_000, skip_idle: bool = False) -> Batch:
         """See :class:`nbtrain.backends.base.RunCursor`. ``max_lines=0`` skips logs.
 
         ``max_lines`` bounds a poll's reading softly: once ``max_lines`` x 200 bytes of lines are read, no further
-        file is read (one file gives at most 4 MiB a poll); what is left is read by the next poll. ``lines`` is
-        a :class:`LogLines`.
+        file is read (one file gives at most 4 MiB a poll); what is left is read by the next poll, which starts
+        at the file this one stopped at (no rank waits for ever behind busier ones). ``lines`` is a :class:`LogLines`.
+
+        ``skip_idle``: a rank's event or log file whose previous read had nothing new is read only at one poll in
+        :data:`IDLE_EVERY` (what it has then comes at once; the supervisor's events are read every time). What a
+        skipped file holds comes with a later poll, still exactly once; a poll without ``skip_idle`` reads all.
         """
         events: list[Event] = []
         blocks: list[LineBlock] = []
         budget = max_lines * BYTES_PER_LINE
+        self._polls += 1
+        turn = self._polls % IDLE_EVERY if skip_idle else -1
+        idle = self._idle
         for attempt in attempt_numbers(self.store, self.run_id):
             root = self.store.attempt_dir(self.run_id, attempt)
-            for tail in self._event_files(attempt, root / "events"):
+            for i, tail in enumerate(self._event_files(attempt, root / "events")):
+                if turn >= 0 and tail in idle and i % IDLE_EVERY != turn:
+                    continue
                 data, count = tail.read_block()
                 if count:
+                    idle.discard(tail)
                     for text in FileTail.texts(data):
                         event = parse_line(text)
                         if event is not None:
                             events.append(event)
+                elif tail in self._ranks_own:
+                    idle.add(tail)
             if max_lines <= 0:
                 continue
-            for tail, rank in self._log_files(attempt, root / "logs"):
+            files = self._log_files(attempt, root / "logs")
+            start = self._resume_at.pop(attempt, 0) % max(1, len(files))
+            for i in (*range(start, len(files)), *range(start)):  # after a cut: from where the last poll stopped
+                tail, rank = files[i]
                 if budget <= 0:
+                    self._resume_at[attempt] = i
                     break
+                if turn >= 0 and tail in idle and i % IDLE_EVERY != turn:
+                    continue
                 first = tail.lines
                 data, count = tail.read_block(MAX_FILE_BYTES)
                 if count:
+                    idle.discard(tail)
                     blocks.append(LineBlock(rank, attempt, first, count, data))
                     budget -= len(data)
+                else:
+                    idle.add(tail)
         # Batch.lines is annotated as a tuple in nbtrain/model.py; LogLines is the read-only sequence its
         # readers use (iteration, len, ==), holding bytes instead of one object per line.
         return Batch(tuple(events), LogLines(blocks))  # type: ignore[arg-type]
@@ -196,6 +227,8 @@ class StoreCursor:
             tail = self.event_tails.get((attempt, name))
             if tail is None:
                 tail = self.event_tails[(attempt, name)] = self._tail(folder / name)
+                if name.startswith("rank-"):
+                    self._ranks_own.add(tail)
             tails.append(tail)
         self._events[attempt] = (listing, tails)
         return tails

@@ -4,20 +4,39 @@ A :class:`RunWatcher` owns the run's cursor and view-model. Each round it asks t
 of the run's current handle (a resume swaps the handle; the watcher follows the new attempt), reads what
 is new, folds the events into the :class:`~nbtrain.view.RunView` and hands the batch to its listeners
 (the monitor widget, MLflow forwarding). Listeners run on the watcher thread and must not print.
+
+A round costs mostly per file read (a large gang has a thousand), so the thread paces itself: it waits
+:data:`WATCH_PERIOD_S` between rounds while a round is cheap, and longer when rounds get dearer, so that it
+uses about :data:`WATCH_SHARE` of a core (:func:`watch_wait`; never longer than :data:`MAX_WATCH_PERIOD_S`).
+Reading less often only makes the blocks bigger: every line and event still arrives, once. Its rounds also
+skip the ranks' files that were idle last time (``StoreCursor.poll(skip_idle=True)``); the final round after
+the run ended, and every :meth:`RunWatcher.sync` called from outside, read every file.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 
 from nbtrain.backends.base import Backend, RunHandle
+from nbtrain.backends.storecursor import StoreCursor
 from nbtrain.model import Batch, RunState, RunStatus
 from nbtrain.view import RunView
 
-__all__ = ["WATCH_PERIOD_S", "RunWatcher"]
+__all__ = ["LINES_PER_ROUND", "MAX_WATCH_PERIOD_S", "WATCH_PERIOD_S", "WATCH_SHARE", "RunWatcher", "watch_wait"]
 
-WATCH_PERIOD_S = 0.1
+WATCH_PERIOD_S = 0.1  # between rounds, while rounds are cheap
+MAX_WATCH_PERIOD_S = 0.5  # between rounds, however dear they are (what a round reads is held at once)
+WATCH_SHARE = 0.05  # of a core the watcher aims to stay within (rounds' CPU time / wall time)
+LINES_PER_ROUND = 50_000  # log lines a round reads at most (x 200 bytes), per WATCH_PERIOD_S waited before it
+_DRAIN_ROUNDS = 10_000  # at the end: rounds until every file is read (a bound, never reached by finished files)
+
+
+def watch_wait(round_cpu_s: float) -> float:
+    """Seconds to wait after a round that took ``round_cpu_s`` of CPU (smoothed): long enough that rounds use
+    :data:`WATCH_SHARE` of a core, within [:data:`WATCH_PERIOD_S`, :data:`MAX_WATCH_PERIOD_S`]."""
+    return min(MAX_WATCH_PERIOD_S, max(WATCH_PERIOD_S, round_cpu_s / WATCH_SHARE - round_cpu_s))
 
 Listener = Callable[[Batch], None]
 
@@ -39,10 +58,18 @@ class RunWatcher:
         self._stop = threading.Event()
         self._name = name
 
-    def sync(self, *, with_lines: bool = False) -> Batch:
-        """Read what is new, fold it into :attr:`view`, hand it to the listeners; returns the batch."""
+    def sync(self, *, with_lines: bool = False, skip_idle: bool = False, scale: float = 1.0) -> Batch:
+        """Read what is new, fold it into :attr:`view`, hand it to the listeners; returns the batch.
+
+        At most about :data:`LINES_PER_ROUND` x ``scale`` lines are read (the rest comes with the next call).
+        ``skip_idle`` (the thread's own rounds): ranks' files idle last time may wait for a later round.
+        """
         with self.lock:
-            batch = self._cursor.poll(max_lines=50_000 if (with_lines or self._line_listeners) else 0)
+            max_lines = int(LINES_PER_ROUND * max(1.0, scale)) if (with_lines or self._line_listeners) else 0
+            if skip_idle and isinstance(self._cursor, StoreCursor):
+                batch = self._cursor.poll(max_lines=max_lines, skip_idle=True)
+            else:
+                batch = self._cursor.poll(max_lines=max_lines)
             for event in batch.events:
                 self.view.apply(event)
             for listener in list(self._listeners):
@@ -72,14 +99,26 @@ class RunWatcher:
         self._stop.set()
 
     def _loop(self) -> None:
+        cost, wait = 0.0, WATCH_PERIOD_S  # CPU seconds of a round (smoothed), and the wait before this one
         while not self._stop.is_set():
+            started = time.thread_time()
             try:
                 status = self.backend.status(self._handle())
                 self._on_status(status)
-                self.sync()
+                # a longer wait brings more lines: the round may read as many more (else it falls behind)
+                self.sync(skip_idle=True, scale=wait / WATCH_PERIOD_S)
             except Exception:  # noqa: BLE001 - the watcher must never die on a transient read error
                 status = RunStatus(RunState.RUNNING)
             if status.state.terminal:
-                self.sync()
+                self._drain()
                 return
-            self._stop.wait(WATCH_PERIOD_S)
+            cost += 0.3 * (time.thread_time() - started - cost)
+            wait = watch_wait(cost)
+            self._stop.wait(wait)
+
+    def _drain(self) -> None:
+        """After the run ended: read until every file is read to its end (one round may hold back lines)."""
+        for _ in range(_DRAIN_ROUNDS):
+            batch = self.sync()
+            if not batch.events and not batch.lines:
+                return

@@ -105,8 +105,10 @@ def test_max_lines_zero_reads_events_only_and_leaves_the_lines_for_later(run: tu
     assert list(cursor.poll().lines) == [LogLine(0, "line")]
 
 
+@pytest.mark.parametrize("skip_idle", [False, True])
 def test_every_line_exactly_once_while_ranks_write_and_attempts_follow(run: tuple[Store, str],
-                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+                                                                       monkeypatch: pytest.MonkeyPatch,
+                                                                       skip_idle: bool) -> None:
     store, run_id = run
     monkeypatch.setattr(storecursor, "_KEPT_OPEN", _budget(3))  # some files kept open, the others reopened
     lines_each = 1000
@@ -126,7 +128,7 @@ def test_every_line_exactly_once_while_ranks_write_and_attempts_follow(run: tupl
         for thread in writers:
             thread.start()
         while any(t.is_alive() for t in writers):
-            batch = cursor.poll(max_lines=50)  # a small budget: the rest waits for the next poll
+            batch = cursor.poll(max_lines=50, skip_idle=skip_idle)  # a small budget: the rest waits
             for block in batch.lines.blocks:  # type: ignore[attr-defined]
                 assert block.first == numbered.get((block.attempt, block.rank), 0)
                 numbered[(block.attempt, block.rank)] = block.first + block.count
@@ -140,6 +142,51 @@ def test_every_line_exactly_once_while_ranks_write_and_attempts_follow(run: tupl
     cursor.close()
     _append(_logs(store, 1) / "rank-0.log", b"after close\n")
     assert list(cursor.poll().lines) == [LogLine(0, "after close", 1)]  # closed files reopen where they were
+
+
+def test_a_poll_cut_by_its_budget_is_followed_by_one_that_starts_where_it_stopped(run: tuple[Store, str]) -> None:
+    store, run_id = run
+    for r in range(3):
+        _append(_logs(store) / f"rank-{r}.log", f"r{r} first\n".encode() * 40)  # each file: more than a budget
+    cursor = StoreCursor(store, run_id)
+    read: list[int] = []
+    for _ in range(3):
+        _append(_logs(store) / "rank-0.log", b"r0 busy\n" * 40)  # rank 0 never stops writing
+        read.extend(block.rank for block in cursor.poll(max_lines=1).lines.blocks)  # type: ignore[attr-defined]
+    assert read == [0, 1, 2]  # rank 0 does not keep the others waiting
+
+
+def test_skip_idle_reads_quiet_ranks_less_often_and_loses_nothing(run: tuple[Store, str]) -> None:
+    store, run_id = run
+    events = store.attempt_dir(run_id, 0) / "events"
+    supervisor = EventWriter(events / "supervisor.jsonl", "supervisor")
+    ranks = [EventWriter(events / f"rank-{r}.jsonl", f"rank-{r}", rank=r) for r in range(storecursor.IDLE_EVERY)]
+    for r in range(storecursor.IDLE_EVERY):
+        _append(_logs(store) / f"rank-{r}.log", b"start\n")
+    cursor = StoreCursor(store, run_id)
+    assert len(cursor.poll(skip_idle=True).lines) == storecursor.IDLE_EVERY  # nothing is idle yet: all read
+    cursor.poll(skip_idle=True)  # every rank's files had nothing new: idle from now on
+    got_lines: list[LogLine] = []
+    got_events: list[tuple[str, int]] = []
+    for step in range(storecursor.IDLE_EVERY):
+        for r, writer in enumerate(ranks):
+            _append(_logs(store) / f"rank-{r}.log", f"r{r} {step}\n".encode())
+            writer.emit(EventKind.HEARTBEAT, step=step)
+        supervisor.emit(EventKind.STATE, state="running", reason="")
+        batch = cursor.poll(skip_idle=True)
+        assert [e.source for e in batch.events].count("supervisor") == 1  # the supervisor is read every time
+        rank_lines = [line for line in batch.lines]
+        assert len({line.rank for line in rank_lines}) <= 1 + step  # idle ranks wait for their turn ...
+        got_lines.extend(rank_lines)
+        got_events.extend((e.source, e.seq) for e in batch.events if e.source != "supervisor")
+    rest = cursor.poll()  # ... and a plain poll reads every file
+    got_lines.extend(rest.lines)
+    got_events.extend((e.source, e.seq) for e in rest.events)
+    assert sorted(line.text for line in got_lines) == sorted(f"r{r} {s}" for r in range(storecursor.IDLE_EVERY)
+                                                            for s in range(storecursor.IDLE_EVERY))
+    assert sorted(got_events) == sorted((f"rank-{r}", s + 1) for r in range(storecursor.IDLE_EVERY)
+                                        for s in range(storecursor.IDLE_EVERY))  # each once
+    assert cursor.poll().lines == () and cursor.poll(skip_idle=True).events == ()
 
 
 def test_cursors_share_one_budget_of_kept_descriptors(run: tuple[Store, str], monkeypatch: pytest.MonkeyPatch) -> None:
