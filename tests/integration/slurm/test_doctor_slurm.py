@@ -62,3 +62,16 @@ def test_no_controller_is_a_clear_fail_in_bounded_time(tmp_path: Path, home: Pat
     code, checks, took = doctor(env, "--backend", "slurm")
     assert code != 0 and took < 20, took
     assert "does not exist" in checks["slurm controller"]["detail"]
+
+
+def test_no_slurm_client_is_a_fail_with_the_install_command(tmp_path: Path, home: Path) -> None:
+    import os
+
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    env = {**os.environ, "PATH": str(empty), "NBTRAIN_HOME": str(home)}
+    code, checks, took = doctor(env, "--backend", "slurm")
+    assert code != 0 and took < 40
+    client = checks["slurm client"]
+    assert not client["ok"] and "sbatch" in client["detail"] and "apt-get install slurm-client" in client["fix"]
+    assert "slurm controller" not in checks  # nothing else is tried without a client
