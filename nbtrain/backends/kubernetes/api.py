@@ -55,6 +55,8 @@ _KINDS: dict[str, _Kind] = {
     "Event": _Kind("events", plural="events"),
     "Job": _Kind("jobs.batch", "batch", "v1", "jobs"),
 }
+_KINDS["LocalQueue"] = _Kind("localqueues.kueue.x-k8s.io", "kueue.x-k8s.io", "v1beta1", "localqueues",
+                             "localqueues.kueue.x-k8s.io", "Kueue (https://kueue.sigs.k8s.io)")
 for _w in WORKLOAD_KINDS.values():
     if _w.crd:
         _KINDS[_w.kind] = _Kind(f"{_w.plural}.{_w.group}", _w.group, _w.api_version.split("/")[1], _w.plural,

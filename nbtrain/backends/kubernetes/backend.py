@@ -31,6 +31,7 @@ from nbtrain.backends.kubernetes import manifests as mf
 from nbtrain.backends.kubernetes import names as nm
 from nbtrain.backends.kubernetes.api import KubeApi, kubeconfig_namespace
 from nbtrain.backends.kubernetes.config import KubeOptions
+from nbtrain.backends.kubernetes.errors import KubeApiError, KubeSpecError
 from nbtrain.backends.kubernetes.files import KEY_FILE, AttemptFiles
 from nbtrain.backends.kubernetes.mirror import Mirror, Target
 from nbtrain.backends.kubernetes.payload import RUNTIME_PATH, build_payload
@@ -172,12 +173,15 @@ class KubernetesBackend(StoreBackedBackend):
         records what was created, the Secret without its data. If an owned object cannot be created, the
         workload is deleted again (its owned objects go with it) and the error raised.
         ``dry_run``: a server-side dry run with strict field validation (nothing is created, no key made).
+        With ``--queue``, the Kueue LocalQueue must exist first (else the Job would wait, suspended, forever).
         """
         request = plan.request
         api = self.api(request["context"])
         namespace = request["namespace"]
         objects: list[dict[str, Any]] = list(request["objects"])
         root = Path(request["attempt_dir"])
+        if request.get("queue"):
+            _check_local_queue(api, str(request["queue"]), namespace)
         key = None if dry_run else new_event_key()
         if key is not None:
             AttemptFiles(root).write_key(key)  # before any pod can exist: whoever follows the run finds it
@@ -423,3 +427,28 @@ class _KubeCursor:
                 pass  # no cluster configuration here: what was mirrored before is still readable
         return self.files.poll(max_lines=max_lines)
 
+
+
+def _check_local_queue(api: KubeApi, queue: str, namespace: str) -> None:
+    """Refuse ``--queue`` naming no Kueue LocalQueue in ``namespace`` (or a cluster without Kueue): Kueue ignores
+    such a Job, which would stay suspended, "waiting for Kueue", until someone deletes it. A notebook identity
+    that may not read LocalQueues cannot check: the run goes ahead (the shipped Role allows it)."""
+    try:
+        if api.get("LocalQueue", queue, namespace) is not None:
+            return
+        names = sorted(str(q["metadata"]["name"]) for q in api.list_items("LocalQueue", namespace)[0])
+    except KubeApiError as error:
+        if error.status == 403:
+            return
+        if error.status == 404:
+            raise KubeSpecError(
+                f"--queue {queue}: this cluster has no Kueue (no localqueues.kueue.x-k8s.io resource), so the Job "
+                "would stay suspended forever; nothing was submitted. Drop --queue, or install Kueue and create a "
+                f"LocalQueue {queue!r} in namespace {namespace!r}.", 404) from None
+        raise
+    there = ", ".join(names) if names else "none"
+    raise KubeSpecError(
+        f"--queue {queue}: there is no Kueue LocalQueue {queue!r} in namespace {namespace!r} (LocalQueues there: "
+        f"{there}), so Kueue would never admit the Job and it would wait, suspended, forever; nothing was submitted. "
+        f"Use one of those queues, ask your platform team for a LocalQueue {queue!r} in {namespace!r} (pointing at a "
+        "ClusterQueue), or drop --queue to run without Kueue.", 404)

@@ -192,6 +192,13 @@ class FakeCluster:
             self.store.update("jobs.batch", namespace, job)
         self._wake.set()
 
+    def add_local_queue(self, namespace: str, name: str) -> None:
+        """Install Kueue's LocalQueue resource (if not yet) and create the LocalQueue ``name``."""
+        self.store.crds.add("localqueues.kueue.x-k8s.io")
+        self.store.create("localqueues.kueue.x-k8s.io", namespace, {
+            "apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "LocalQueue", "metadata": {"name": name},
+            "spec": {"clusterQueue": "cluster-queue"}})
+
     def runtime(self, uid: str) -> PodRuntime | None:
         return self.runtimes.get(uid)
 

@@ -179,6 +179,7 @@ accelerator.process_index + 40
 
 
 def test_a_queued_job_shows_as_queued_and_runs_when_admitted(cluster: FakeCluster, run_cell: Any, shell: Any) -> None:
+    cluster.add_local_queue(NAMESPACE, "team-a")
     run_cell(SETUP)
     run_cell(QUICK)
     run = shell.user_ns["run"]

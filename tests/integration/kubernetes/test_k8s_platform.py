@@ -156,3 +156,20 @@ def test_the_default_ttl_keeps_a_finished_job_for_a_week(k8s_backend: Any) -> No
     directory = bundle.write(k8s_backend.store.bundles)
     plan = k8s_backend.plan(JobSpec(backend="kubernetes", device="cpu"), str(directory), bundle.digest, "ttl-0a1b2c")
     assert plan.request["objects"][0]["spec"]["ttlSecondsAfterFinished"] == 7 * 24 * 3600
+
+
+def test_a_queue_that_does_not_exist_is_refused_before_anything_is_submitted(
+    cluster: FakeCluster, run_cell: Any,
+) -> None:
+    from IPython.core.error import UsageError
+
+    with pytest.raises(UsageError) as caught:  # no Kueue at all
+        run_cell("%%distributed --backend kubernetes --name noq --queue team-a\n1 + 1\n")
+    assert "this cluster has no Kueue" in str(caught.value) and "nothing was submitted" in str(caught.value)
+    cluster.add_local_queue(NAMESPACE, "team-b")
+    with pytest.raises(UsageError) as caught:  # Kueue, but not that queue: it would wait "for Kueue" forever
+        run_cell("%%distributed --backend kubernetes --name noq --queue team-a\n1 + 1\n")
+    text = str(caught.value)
+    assert "no Kueue LocalQueue 'team-a' in namespace 'nbtrain-test'" in text and "LocalQueues there: team-b" in text
+    assert "drop --queue" in text
+    assert cluster.store.items("jobs.batch", NAMESPACE) == [] and cluster.store.items("configmaps", NAMESPACE) == []

@@ -74,7 +74,8 @@ def test_rbac_is_a_valid_minimal_namespaced_role() -> None:
                    ("", "pods", "watch"), ("", "pods/log", "get"), ("", "configmaps", "create"),
                    ("", "secrets", "create"), ("", "secrets", "get"),
                    ("", "services", "create"), ("", "events", "list"), ("kubeflow.org", "pytorchjobs", "create"),
-                   ("jobset.x-k8s.io", "jobsets", "create")]:
+                   ("jobset.x-k8s.io", "jobsets", "create"), ("kueue.x-k8s.io", "localqueues", "get"),
+                   ("kueue.x-k8s.io", "localqueues", "list")]:
         assert needed in granted, needed
 
 
