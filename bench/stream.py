@@ -232,6 +232,26 @@ def _drain(kc: Any, front: FrontEnd, quiet_s: float = 1.0) -> None:
             return
 
 
+def _execute(kc: Any, code: str, take: Any, timeout: float = 300) -> dict[str, Any]:
+    """Run ``code`` in the kernel and hand EVERY iopub message to ``take`` until it is done; the shell reply.
+
+    Not ``execute_interactive``: it drops the messages of other requests, and the watcher thread's widget messages
+    belong to the cell that displayed the monitor (one lost there would read as a batch the front end missed).
+    """
+    msg_id = kc.execute(code)
+    deadline = time.monotonic() + timeout
+    while True:
+        msg = kc.get_iopub_msg(timeout=max(0.0, deadline - time.monotonic()))
+        take(msg)
+        if (msg["parent_header"].get("msg_id") == msg_id and msg["msg_type"] == "status"
+                and msg["content"]["execution_state"] == "idle"):
+            break
+    reply: dict[str, Any] = kc.get_shell_msg(timeout=max(1.0, deadline - time.monotonic()))
+    while reply["parent_header"].get("msg_id") != msg_id:
+        reply = kc.get_shell_msg(timeout=max(1.0, deadline - time.monotonic()))
+    return reply
+
+
 def _kernel_value(kc: Any, expression: str, front: FrontEnd, timeout: float = 300) -> Any:
     collected: list[str] = []
 
@@ -241,8 +261,7 @@ def _kernel_value(kc: Any, expression: str, front: FrontEnd, timeout: float = 30
         else:
             front.take(msg)
 
-    reply = kc.execute_interactive(f"import json\nprint('@@' + json.dumps({expression}))", timeout=timeout,
-                                   output_hook=hook)
+    reply = _execute(kc, f"import json\nprint('@@' + json.dumps({expression}))", hook, timeout=timeout)
     assert reply["content"]["status"] == "ok", reply["content"]
     return json.loads(collected[-1])
 
@@ -262,7 +281,7 @@ def _measure(args: argparse.Namespace, seconds: float) -> tuple[dict[str, Any], 
               f"for {seconds:.0f} s; MLflow tracking {'on' if tracking else 'off (NBTRAIN_TRACKING=0)'}; "
               f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} …", flush=True)
         stats = _watch(WATCH_NBTRAIN.format(run_id=run_id), attempt_dir, args, seconds, km, kc, front)
-        kc.execute_interactive("run.wait(progress=False);", timeout=300, output_hook=front.take)
+        _execute(kc, "run.wait(progress=False);", front.take, timeout=300)
         _drain(kc, front)
         got, charted = _kernel_value(kc, "(lambda m: " + KERNEL_REPORT.format(ranks=args.ranks) + ")(run.monitor()._model)",
                                      front)
