@@ -120,6 +120,7 @@ NUMBER_LIMITS: Mapping[str, tuple[float, float]] = {
     "max_capture_mb": (0.0, 10240.0),  # 10 GiB of pickled notebook objects
     "stall_after_s": (0.0, 24 * 3600.0),  # 24 hours
     "hang_timeout_s": (0.0, 7 * 24 * 3600.0),  # 7 days
+    "warm_ttl_s": (0.0, 7 * 24 * 3600.0),  # 7 days
 }
 _ENUMS: Mapping[str, type[_Choice]] = {
     "device": Device, "strategy": Strategy, "mixed_precision": MixedPrecision, "fsdp_sharding": FsdpSharding,
@@ -195,6 +196,8 @@ class JobSpec:
     max_capture_mb: float = 50.0
     allow_secrets: bool = False
     oversubscribe: bool = False  # local backend: allow a CPU gang of more than 4 processes per core
+    warm: bool = False  # local backend: run on a warm gang of per-node agents (nbtrain.warm)
+    warm_ttl_s: float = 1800.0  # a warm gang idle this long ends
     # Kubernetes options (used by the kubernetes backend only).
     namespace: str | None = None
     queue: str | None = None

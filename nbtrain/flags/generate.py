@@ -39,7 +39,7 @@ def typescript() -> str:
 
     backends = "".join(f"    {one(b)},\n" for b in data["backends"])
     options = "".join(f"    {one(flag)}: {one(o)},\n" for flag, o in data["options"].items())
-    return ("// Generated from nbtrain/flags.py by `python -m nbtrain.flags --write`: do not edit by hand.\n"
+    return ("// Generated from nbtrain/flags/table.py by `python -m nbtrain.flags --write`: do not edit by hand.\n"
             "/** The %%distributed options: flags, types, choices, defaults, ranges, help and backends. */\n"
             f"export const JOB_OPTIONS = {{\n  backends: [\n{backends}  ],\n  options: {{\n{options}  }},\n}} as const;\n")
 
@@ -68,7 +68,7 @@ def markdown() -> str:
                  *("yes" if option.backends is None or b in option.backends else "no" for b in BACKENDS),
                  where + option.help]
         rows.append("| " + " | ".join(cells) + " |")
-    intro = ("Generated from `nbtrain/flags.py` by `python -m nbtrain.flags --write`; do not edit by hand. "
+    intro = ("Generated from `nbtrain/flags/table.py` by `python -m nbtrain.flags --write`; do not edit by hand. "
              "`%%distributed` takes every option not marked otherwise; `nbtrain submit` and `nbtrain manifests` take "
              "the job options as overrides of `nbtrain.toml`. A backend marked \"no\" refuses a job that sets the "
              "option, before anything starts.")

@@ -200,6 +200,13 @@ OPTIONS: tuple[Option, ...] = (
     _o("--oversubscribe", "switch", "Start a CPU gang of more than 4 processes per CPU core of this machine "
        "(refused otherwise: it would crawl).", field="oversubscribe", toml="job.oversubscribe", backends=_LOCAL,
        why="schedules pods by their requests, not by this machine's cores"),
+    _o("--warm", "switch", "Run on a warm gang: the first run starts one agent per node that imports torch and "
+       "Accelerate once and stays up; later --warm runs of the same shape fork their ranks from it (a fresh process "
+       "per rank and run) and reach their first step in a fraction of a cold start. One run at a time per gang.",
+       field="warm", toml="job.warm", backends=_LOCAL, why="keeps no warm gangs yet"),
+    _o("--warm-ttl", "float", "A warm gang idle this long ends (at most 7 days); it also ends with the kernel "
+       "that started it, or with %nbtrain gang stop.", field="warm_ttl_s", toml="job.warm_ttl_s", backends=_LOCAL,
+       metavar="SECONDS", why="keeps no warm gangs yet"),
     _o("--experiment", "str", "MLflow experiment.", field="experiment", toml="tracking.experiment",
        metavar="NAME", default_text="the notebook's name"),
     _o("--no-tracking", "switch", "Don't record the run in MLflow (NBTRAIN_TRACKING=0 turns tracking off "

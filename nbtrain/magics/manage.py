@@ -1,4 +1,4 @@
-"""``%nbtrain SUBCOMMAND``: runs, status, logs, cancel, attach, doctor, export."""
+"""``%nbtrain SUBCOMMAND``: runs, status, logs, cancel, attach, resume, rerun, gangs, gang stop, doctor, export."""
 
 from __future__ import annotations
 
@@ -24,6 +24,8 @@ USAGE = """%nbtrain SUBCOMMAND ...
   attach RUN [--out NAME]   rebuild the handle of a run (e.g. after a kernel restart)
   resume RUN [--out NAME]   relaunch a run from its latest checkpoint (a new attempt)
   rerun [RUN] [--out NAME]  run the last failed run (or RUN) again from scratch, same spec and code
+  gangs                     list warm gangs (shape, state, idle time, memory)
+  gang stop [GANG]          end a warm gang (default: every warm gang)
   doctor                    check torch, accelerate, devices and the run store
   export [--out DIR] [--cell N|last] [--params A,B]
                             write a %%distributed cell (In[N], default the last) as a job
@@ -51,6 +53,10 @@ def _parser() -> _Parser:
     attach.add_argument("run")
     attach.add_argument("--out", default=None)
     sub.add_parser("doctor", add_help=False)
+    sub.add_parser("gangs", add_help=False)
+    gang = sub.add_parser("gang", add_help=False)
+    gang.add_argument("action", choices=["stop"])
+    gang.add_argument("gang", nargs="?", default=None)
     resume = sub.add_parser("resume", add_help=False)
     resume.add_argument("run")
     resume.add_argument("--out", default=None)
@@ -81,6 +87,12 @@ class ManageMagics(Magics):
         try:
             if args.command == "runs":
                 print(self._runs_table(client.runs()))
+                return None
+            if args.command in ("gangs", "gang"):
+                from nbtrain.store import Store
+                from nbtrain.warm.manage import gangs_table, stop_gangs
+
+                print(gangs_table(Store()) if args.command == "gangs" else "\n".join(stop_gangs(Store(), args.gang)))
                 return None
             if args.command == "doctor":
                 from nbtrain.doctor import render, run_checks

@@ -118,7 +118,8 @@ class KubernetesUnderTest(BackendUnderTest):
     """Pods on the fake cluster; this process only mirrors the run (the cluster controls the gang)."""
 
     name = "kubernetes"
-    refused: ClassVar[Mapping[str, Any]] = {"max_restarts": 1, "checkpoint_dir": "/tmp/nbtrain-contract-checkpoints", "keep_checkpoints": 5}
+    refused: ClassVar[Mapping[str, Any]] = {"max_restarts": 1, "checkpoint_dir": "/tmp/nbtrain-contract-checkpoints",
+                                            "keep_checkpoints": 5, "warm": True}
     gang_outlives_controller = True
 
     def __init__(self, store: Store, backend: Any, cluster: Any) -> None:
@@ -171,7 +172,7 @@ class SlurmUnderTest(BackendUnderTest):
     """Batch jobs on a real 2-node Slurm cluster of this machine; the nbtrain supervisor runs inside each job."""
 
     name = "slurm"
-    refused: ClassVar[Mapping[str, Any]] = {"image": "img:1", "namespace": "x", "oversubscribe": True}
+    refused: ClassVar[Mapping[str, Any]] = {"image": "img:1", "namespace": "x", "oversubscribe": True, "warm": True}
     gang_outlives_controller = False  # the supervisor is the batch script: Slurm ends the job when it dies
 
     def kill_controller(self, run: Run) -> None:

@@ -194,11 +194,13 @@ def test_number_limits_are_the_documented_maxima_and_old_records_load() -> None:
 
     assert NUMBER_LIMITS == {"timeout_s": (0.0, 2592000.0), "collective_timeout_s": (0.0, 86400.0),
                              "max_capture_mb": (0.0, 10240.0), "stall_after_s": (0.0, 86400.0),
-                             "hang_timeout_s": (0.0, 604800.0)}
+                             "hang_timeout_s": (0.0, 604800.0), "warm_ttl_s": (0.0, 604800.0)}
     top = JobSpec(timeout_s=2592000, collective_timeout_s=86400.0, max_capture_mb=10240.0)
     assert JobSpec.from_dict(json.loads(json.dumps(top.to_dict()))) == top
     old = JobSpec().to_dict()
     del old["oversubscribe"]  # a record written before --oversubscribe existed
     del old["stall_after_s"], old["hang_timeout_s"]  # ... and before the hang watchdog
+    del old["warm"], old["warm_ttl_s"]  # ... and before warm gangs
     loaded = JobSpec.from_dict(old)
     assert loaded.oversubscribe is False and loaded.stall_after_s == 300.0 and loaded.hang_timeout_s is None
+    assert loaded.warm is False and loaded.warm_ttl_s == 1800.0

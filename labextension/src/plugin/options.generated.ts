@@ -1,4 +1,4 @@
-// Generated from nbtrain/flags.py by `python -m nbtrain.flags --write`: do not edit by hand.
+// Generated from nbtrain/flags/table.py by `python -m nbtrain.flags --write`: do not edit by hand.
 /** The %%distributed options: flags, types, choices, defaults, ranges, help and backends. */
 export const JOB_OPTIONS = {
   backends: [
@@ -32,6 +32,8 @@ export const JOB_OPTIONS = {
     "--max-capture-mb": {"field": "max_capture_mb", "type": "float", "choices": [], "default": 50.0, "min": 0.0, "max": 10240.0, "help": "Cap on the pickled notebook objects the bundle carries (at most 10240 MB).", "backends": null, "toml": "job.max_capture_mb", "repeatable": false},
     "--allow-secrets": {"field": "allow_secrets", "type": "switch", "choices": [], "default": false, "min": null, "max": null, "help": "Ship values that look like secrets anyway.", "backends": null, "toml": "job.allow_secrets", "repeatable": false},
     "--oversubscribe": {"field": "oversubscribe", "type": "switch", "choices": [], "default": false, "min": null, "max": null, "help": "Start a CPU gang of more than 4 processes per CPU core of this machine (refused otherwise: it would crawl).", "backends": ["local"], "toml": "job.oversubscribe", "repeatable": false},
+    "--warm": {"field": "warm", "type": "switch", "choices": [], "default": false, "min": null, "max": null, "help": "Run on a warm gang: the first run starts one agent per node that imports torch and Accelerate once and stays up; later --warm runs of the same shape fork their ranks from it (a fresh process per rank and run) and reach their first step in a fraction of a cold start. One run at a time per gang.", "backends": ["local"], "toml": "job.warm", "repeatable": false},
+    "--warm-ttl": {"field": "warm_ttl_s", "type": "float", "choices": [], "default": 1800.0, "min": 0.0, "max": 604800.0, "help": "A warm gang idle this long ends (at most 7 days); it also ends with the kernel that started it, or with %nbtrain gang stop.", "backends": ["local"], "toml": "job.warm_ttl_s", "repeatable": false},
     "--experiment": {"field": "experiment", "type": "str", "choices": [], "default": null, "min": null, "max": null, "help": "MLflow experiment.", "backends": null, "toml": "tracking.experiment", "repeatable": false},
     "--no-tracking": {"field": "tracking", "type": "switch", "choices": [], "default": true, "min": null, "max": null, "help": "Don't record the run in MLflow (NBTRAIN_TRACKING=0 turns tracking off everywhere).", "backends": null, "toml": "tracking.enabled", "repeatable": false},
     "--checkpoint-dir": {"field": "checkpoint_dir", "type": "str", "choices": [], "default": null, "min": null, "max": null, "help": "Checkpoint root for nbtrain.save_checkpoint.", "backends": ["local", "slurm"], "toml": "job.checkpoint_dir", "repeatable": false},

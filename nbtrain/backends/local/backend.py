@@ -113,6 +113,9 @@ class LocalBackend(StoreBackedBackend):
         refusal = strategy_refusal(spec, use_gpu)
         if refusal is not None:
             raise SpecError(refusal)
+        if spec.warm and spec.strategy is Strategy.DEEPSPEED:
+            raise SpecError("--warm --strategy deepspeed: DeepSpeed starts its ranks through its own launcher, which "
+                            "a warm gang does not reproduce yet; drop --warm (a cold run) or use --strategy ddp/fsdp.")
         if spec.strategy is Strategy.DEEPSPEED and not _importable(self.python, "deepspeed"):
             raise EnvironmentProblem(
                 f"--strategy deepspeed: DeepSpeed is not installed for {self.python}; install the extra with "
@@ -205,6 +208,10 @@ class LocalBackend(StoreBackedBackend):
             "notices": notices,
             "describe": describe,
         }
+        if spec.warm:
+            request["warm"] = {"ttl_s": spec.warm_ttl_s}
+            request["describe"] += ("\nwarm:      ranks forked from a warm gang of this shape (started if none; idle "
+                                    f"TTL {spec.warm_ttl_s:g} s); each node runs the command above's settings")
         return Plan(self.name, run_id, spec, bundle_digest, bundle_dir, request, tuple(notices), attempt)
 
     def plan_restart(self, spec: JobSpec, bundle_dir: str, bundle_digest: str, run_id: str, *, attempt: int,
@@ -214,15 +221,46 @@ class LocalBackend(StoreBackedBackend):
 
     # -- I/O --------------------------------------------------------------------------------------
     def submit(self, plan: Plan) -> RunHandle:
-        """Write plan.json and start the detached supervisor; returns at once."""
-        attempt_dir = write_attempt_files(plan.request)
+        """Write plan.json and start the detached supervisor; returns at once.
+
+        ``--warm``: the run first claims the warm gang of its key (:mod:`nbtrain.warm`), starting one in the
+        background when there is none; a gang busy with another run refuses it (GangBusy) before anything starts.
+        """
+        request = plan.request
+        module = "nbtrain.backends.local.supervisor"
+        gang_dir: Path | None = None
+        if request.get("warm"):
+            gang_dir = self._claim_warm_gang(plan)
+            request = {**request, "warm": {**request["warm"], "gang_dir": str(gang_dir)}}
+            module = "nbtrain.warm.supervisor"
+        try:
+            return self._start_supervisor(plan, request, module)
+        except BaseException:
+            if gang_dir is not None:
+                from nbtrain.warm import registry
+
+                registry.release(gang_dir, plan.run_id)
+            raise
+
+    def _claim_warm_gang(self, plan: Plan) -> Path:
+        from nbtrain.warm import registry
+        from nbtrain.warm.key import gang_key
+
+        request = plan.request
+        key, facts = gang_key(request["launchers"], request["accelerate_config"]["text"], os.environ,
+                              registry.environment_stamp(self.python))
+        return registry.acquire(self.store, key, facts, run_id=plan.run_id, ttl_s=float(request["warm"]["ttl_s"]),
+                                python=self.python)
+
+    def _start_supervisor(self, plan: Plan, request: Mapping[str, Any], module: str) -> RunHandle:
+        attempt_dir = write_attempt_files(request)
         env = dict(os.environ)
         env["NBTRAIN_SUPERVISOR_OF"] = plan.run_id
         env.pop(procs.MARKER, None)
         with open(os.open(attempt_dir / "supervisor.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab") as log:
             try:
                 child = subprocess.Popen(
-                    [self.python, "-m", "nbtrain.backends.local.supervisor", str(attempt_dir)],
+                    [self.python, "-m", module, str(attempt_dir)],
                     stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                     start_new_session=True, env=env, cwd=os.getcwd(),
                 )

@@ -1,0 +1,63 @@
+"""Which warm gang a run may use (pure): the gang key.
+
+Two runs share a gang only when a cold launch of each would start the same processes: the same
+``accelerate launch`` commands (shape, device, strategy, mixed precision, the generated Accelerate config) once
+the per-run parts are set aside (rendezvous port, config path, bundle, the run's own ``NBTRAIN_*`` paths), the
+same environment given to the ranks (``--env``), the same variables read when torch and Accelerate are imported
+(``CUDA_VISIBLE_DEVICES``, ``NCCL_*``, ``OMP_*``… in the environment of the process that starts the gang), the
+same interpreter and package versions. Anything else changes the key, and the run gets a gang of its own.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+__all__ = ["IMPORT_TIME_ENV", "PER_RUN_ENV", "gang_key"]
+
+#: Variables of the rank environment that name one run's files or limits (read by the worker per run).
+PER_RUN_ENV = frozenset({
+    "NBTRAIN_RUN_ID", "NBTRAIN_ATTEMPT", "NBTRAIN_EVENTS_DIR", "NBTRAIN_LOGS_DIR", "NBTRAIN_RESULT_PATH",
+    "NBTRAIN_CHECKPOINT_DIR", "NBTRAIN_KEEP_CHECKPOINTS", "NBTRAIN_STALL_S", "NBTRAIN_COLLECTIVE_TIMEOUT",
+    "NBTRAIN_HEARTBEAT_S", "NBTRAIN_PARAMS",
+})
+#: Variables read when torch/Accelerate/NCCL are imported or initialised: a change needs new processes.
+IMPORT_TIME_ENV = re.compile(r"^(CUDA_|NCCL_|OMP_|MKL_|KMP_|GLOO_|TORCH_|PYTORCH_|ACCELERATE_|HF_|LD_|NVIDIA_|"
+                             r"ROCR_|HIP_|PYTHON(PATH|HASHSEED|OPTIMIZE|WARNINGS)$)")
+_PER_RUN_FLAGS = {"--main_process_port", "--config_file"}
+_PORT_LINE = re.compile(r"^main_process_port:.*$", re.MULTILINE)
+
+
+def _command(argv: Sequence[str]) -> list[str]:
+    """A launcher's argv without its per-run values (port, config path, the bundle: the last argument)."""
+    out: list[str] = []
+    skip = False
+    for word in list(argv)[:-1]:
+        if skip:
+            out.append("*")
+            skip = False
+            continue
+        out.append(word)
+        skip = word in _PER_RUN_FLAGS
+    return out
+
+
+def gang_key(launchers: Sequence[Mapping[str, Any]], config_text: str, environ: Mapping[str, str],
+             versions: Mapping[str, str]) -> tuple[str, dict[str, Any]]:
+    """``(key, facts)``: the digest two runs must share to use one gang, and what it was computed from."""
+    facts = {
+        "nodes": len(launchers),
+        "ranks": [list(launcher["ranks"]) for launcher in launchers],
+        "commands": [_command(launcher["argv"]) for launcher in launchers],
+        "cwd": sorted({str(launcher["cwd"]) for launcher in launchers}),
+        "rank_env": [{k: v for k, v in sorted(launcher["env"].items()) if k not in PER_RUN_ENV}
+                     for launcher in launchers],
+        "accelerate_config": _PORT_LINE.sub("main_process_port: *", config_text),
+        "import_env": {k: v for k, v in sorted(environ.items()) if IMPORT_TIME_ENV.match(k)},
+        "versions": dict(sorted(versions.items())),
+    }
+    digest = hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()
+    return digest[:16], facts

@@ -1,0 +1,172 @@
+"""The supervisor of a warm attempt: ``python -m nbtrain.warm.supervisor ATTEMPT_DIR``.
+
+The local supervisor's rules and verdicts (:class:`nbtrain.backends.local.supervisor.Supervisor`, the shared
+:func:`nbtrain.backends.verdict.decide`), with the gang forked by the warm gang's agents instead of started by
+``accelerate launch``: one generation per attempt, its store held by the agent of node 0. Each node is seen
+as a launcher that ends when the node's ranks have ended (their exit codes from the agent, so a killed rank is
+named with its signal). Whatever the verdict, the generation is ended when the attempt is (its ranks' sessions
+killed: nothing a run started survives it) and the gang is released for the next run, noting why when the
+ranks had to be ended early (the gang was recycled).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from nbtrain.backends.local.supervisor import Supervisor, next_attempt, supervise
+from nbtrain.events import EventKind
+from nbtrain.model import RunState
+from nbtrain.runtime import watchdog
+from nbtrain.warm import protocol, registry
+
+__all__ = ["WarmSupervisor", "main"]
+
+END_GRACE_S = 3.0
+
+
+class _Node:
+    """One node's ranks of the generation, seen as the launcher the local rules read (``poll``, ``pid``)."""
+
+    def __init__(self, agent_pid: int, ranks: list[int]) -> None:
+        self.pid = agent_pid
+        self.ranks = ranks
+        self.exits: dict[int, int | None] = dict.fromkeys(ranks)
+
+    def poll(self) -> int | None:
+        codes = [self.exits.get(r) for r in self.ranks]
+        if any(code is None for code in codes):
+            return None
+        bad = [code for code in codes if code]
+        return bad[0] if bad else 0
+
+    def wait(self, timeout: float | None = None) -> int:
+        code = self.poll()
+        return 0 if code is None else code
+
+    def kill(self) -> None:
+        pass  # the agent ends the generation (WarmSupervisor._end_gang)
+
+
+class WarmSupervisor(Supervisor):
+    """See the module docstring."""
+
+    def __init__(self, attempt_dir: Path) -> None:
+        super().__init__(attempt_dir)
+        self.gang_dir = Path(self.plan["warm"]["gang_dir"])
+        self.generation = 0
+        self.nodes: list[_Node] = []
+        self.ended_early = False
+
+    def _sock(self, node: int) -> Path:
+        return self.gang_dir / f"node-{node}.sock"
+
+    def _call(self, node: int, message: dict[str, Any], timeout: float = 30.0) -> dict[str, Any]:
+        answer = protocol.call(self._sock(node), message, timeout=timeout)
+        if not answer.get("ok"):
+            raise RuntimeError(f"the warm gang's agent of node {node} refused {message.get('op')!r}: "
+                               f"{answer.get('error')}")
+        return answer
+
+    def _notice(self, text: str) -> None:
+        self.out.emit(EventKind.NOTICE, message=text)
+
+    def _start(self) -> None:
+        tmp = self._prepare()
+        registry.note_supervisor(self.gang_dir, self.run_id, self.identity)
+        registry.wait_ready(self.gang_dir, progress=self._notice)
+        self.generation = registry.next_generation(self.gang_dir)
+        address = "127.0.0.1"
+        store = self._call(0, {"op": "store", "generation": self.generation, "host": address})
+        gang = registry.read_json(self.gang_dir / "gang.json")
+        self.out.emit(EventKind.NOTICE, message=f"warm gang {self.gang_dir.name}: generation {self.generation} "
+                                                f"(gang started {time.time() - float(gang.get('created', 0)):.0f} s "
+                                                "ago; ranks forked from its agents)")
+        for launcher in self.plan["launchers"]:
+            env = dict(os.environ)
+            env.update(launcher["env"])
+            env["TMPDIR"] = str(tmp)
+            env.pop("NBTRAIN_SUPERVISOR_OF", None)
+            env.pop(registry.MARKER, None)
+            env[watchdog.ENV_SUPERVISOR] = self.identity  # ranks end themselves if this supervisor dies
+            node = int(launcher["node"])
+            answer = self._call(node, {
+                "op": "fork", "generation": self.generation, "argv": launcher["argv"], "env": env,
+                "cwd": launcher["cwd"], "ranks": launcher["ranks"], "bundle_dir": self.plan["bundle_dir"],
+                "run_id": self.run_id, "store": {"addr": address, "port": store["port"]},
+            })
+            agent = registry.read_json(self.gang_dir / f"node-{node}.json")
+            self.nodes.append(_Node(int(agent.get("pid", 0)), [int(r) for r in launcher["ranks"]]))
+            for rank, pid in answer["pids"].items():
+                self.pids.setdefault(int(rank), int(pid))
+        self.launchers.extend(self.nodes)  # type: ignore[arg-type]
+
+    def _ingest(self) -> None:
+        for node, handle in enumerate(self.nodes):
+            try:
+                exits = self._call(node, {"op": "poll", "generation": self.generation}, timeout=5.0)["exits"]
+            except (protocol.AgentUnreachable, RuntimeError):
+                exits = {str(r): -9 for r in handle.ranks}  # the agent is gone: so are its ranks (PDEATHSIG)
+            for rank, code in exits.items():
+                handle.exits[int(rank)] = None if code is None else int(code)
+        super()._ingest()
+        for rank, (seen, code) in list(self.vanished.items()):
+            if code is None:
+                owner = next((h for h in self.nodes if rank in h.exits), None)
+                known = owner.exits.get(rank) if owner is not None else None
+                if known is not None:
+                    self.vanished[rank] = (seen, known)
+
+    def _end_gang(self) -> int:
+        self.ended_early = self.ended_early or any(h.poll() is None for h in self.nodes)
+        killed = 0
+        for node in range(len(self.nodes)):
+            try:
+                killed += int(self._call(node, {"op": "end", "generation": self.generation, "grace_s": END_GRACE_S},
+                                         timeout=END_GRACE_S + 10)["killed"])
+            except (protocol.AgentUnreachable, RuntimeError):
+                pass
+        for handle in self.nodes:
+            for rank, code in handle.exits.items():
+                if code is None:
+                    handle.exits[rank] = -15
+        return killed
+
+    def run(self) -> RunState:
+        try:
+            return super().run()
+        finally:
+            if self.generation:
+                self._end_gang()  # also after a clean finish: children the ranks left behind, the store holder
+            why = None
+            if self.state is not RunState.SUCCEEDED and self.ended_early:
+                why = f"ranks ended by the verdict of attempt {self.plan['attempt']} ({self.state.value})"
+            if not self.will_retry:
+                registry.release(self.gang_dir, self.run_id, recycled=why)
+
+
+def _next_attempt(plan: dict[str, Any]) -> Path:
+    """The next attempt (``--max-restarts``) of the run, on the same warm gang (a new generation)."""
+    from nbtrain.store import read_json, write_json_atomic
+
+    attempt_dir = next_attempt(plan)
+    written = read_json(attempt_dir / "plan.json")
+    written["warm"] = plan["warm"]
+    write_json_atomic(attempt_dir / "plan.json", written)
+    return attempt_dir
+
+
+def main() -> None:
+    """Process entry point: ``python -m nbtrain.warm.supervisor ATTEMPT_DIR``."""
+    if len(sys.argv) != 2:
+        sys.stderr.write("usage: python -m nbtrain.warm.supervisor ATTEMPT_DIR\n")
+        sys.exit(2)
+    attempt_dir = Path(sys.argv[1])
+    supervise(attempt_dir, make=WarmSupervisor, advance=_next_attempt)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,262 @@
+"""Warm gangs on the local backend: real agents, real forked ranks over gloo, real failures.
+
+One 2x1 CPU gang serves the module (its agents start once, ~10 s on two cores); the tests that need another
+gang (a changed --env, a short TTL, a dying owner) start their own and check it ends with zero processes.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from procs import pids_with_env  # tests/support, put on sys.path by tests/conftest.py
+
+from nbtrain.bundle import capture_cell
+from nbtrain.client import submit_bundle
+from nbtrain.events import EventKind
+from nbtrain.model import RunState
+from nbtrain.spec import JobSpec
+from nbtrain.store import Store
+from nbtrain.warm import registry
+from nbtrain.warm.registry import GangBusy
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+
+TRAIN = """
+import torch
+from accelerate import Accelerator
+accelerator = Accelerator()
+torch.manual_seed(0)
+model = torch.nn.Linear(8, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.05)
+model, opt = accelerator.prepare(model, opt)
+data = torch.randn(64, 8, generator=torch.Generator().manual_seed(accelerator.process_index))
+for step in range(4):
+    loss = (model(data) - 1).pow(2).mean()
+    accelerator.backward(loss)
+    opt.step()
+    opt.zero_grad()
+    accelerator.log({"loss": accelerator.reduce(loss.detach(), "mean").item()}, step=step)
+"""
+
+
+@pytest.fixture(scope="module")
+def warm_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A store for the module's warm runs; every gang is stopped at the end and no process of one may remain."""
+    root = tmp_path_factory.mktemp("warm") / "home"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("NBTRAIN_HOME", str(root))
+        patch.setenv("NBTRAIN_TRACKING", "0")
+        yield root
+        store = Store(root)
+        ids = [g.id for g in registry.list_gangs(store)]
+        for gang in registry.list_gangs(store):
+            registry.stop_gang(gang.directory)
+    left = pids_with_env(registry.MARKER, set(ids)) if ids else []
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert not left, f"warm-gang processes left behind: {left}"
+
+
+def _run(home: Path, cell: str, *, warm: bool = True, timeout: float = 180, **spec: object):  # type: ignore[no-untyped-def]
+    full = JobSpec(**{"nodes": 2, "procs_per_node": 1, "device": "cpu", "warm": warm, **spec})  # type: ignore[arg-type]
+    return submit_bundle(capture_cell(cell, {"__name__": "__main__"}), full, store=Store(home))
+
+
+def _finish(run, timeout: float = 180) -> RunState:  # type: ignore[no-untyped-def]
+    return run.wait(timeout=timeout, raise_on_failure=False, progress=False)
+
+
+def _losses(run) -> list[tuple[int, float]]:  # type: ignore[no-untyped-def]
+    return [(int(step), float(value)) for step, value in run.metrics()["loss"]]
+
+
+def _gang_ids(home: Path) -> set[str]:
+    return {g.id for g in registry.list_gangs(Store(home))}
+
+
+def test_cold_and_warm_runs_of_one_bundle_train_identically(warm_home: Path) -> None:
+    cold = _run(warm_home, TRAIN, warm=False)
+    assert _finish(cold) is RunState.SUCCEEDED, cold.failure
+    first = _run(warm_home, TRAIN)
+    assert _finish(first) is RunState.SUCCEEDED, first.failure
+    second = _run(warm_home, TRAIN)
+    assert _finish(second) is RunState.SUCCEEDED, second.failure
+    assert _losses(cold) == _losses(first) == _losses(second) and len(_losses(cold)) == 4
+    assert len(_gang_ids(warm_home)) == 1, "the second warm run did not reuse the gang"
+    notices = " ".join(str(e.data.get("message")) for e in second.events() if e.kind is EventKind.NOTICE)
+    assert "warm gang" in notices and "generation" in notices, notices
+
+
+def test_a_rank_raising_during_a_blocked_all_reduce_is_named_and_the_next_run_is_fresh(warm_home: Path) -> None:
+    cell = textwrap.dedent("""
+        import time, torch
+        from accelerate import Accelerator
+        accelerator = Accelerator()
+        if accelerator.process_index == 1:
+            time.sleep(0.5)
+            raise ValueError("rank one gives up")
+        accelerator.reduce(torch.ones(1), "sum")  # rank 0 waits here for a peer that never comes
+    """)
+    run = _run(warm_home, cell)
+    started = time.monotonic()
+    _wait_running(run)
+    assert _finish(run) is RunState.FAILED
+    assert time.monotonic() - started < 30
+    failure = run.failure
+    assert failure is not None and failure.rank == 1 and failure.exc_type == "ValueError", failure
+    after = _run(warm_home, TRAIN)
+    assert _finish(after) is RunState.SUCCEEDED, after.failure
+    assert _generation(after) > _generation(run)  # new processes: nothing of the failed ranks is reused
+
+
+def _generation(run) -> int:  # type: ignore[no-untyped-def]
+    for event in run.events():
+        message = str(event.data.get("message", "")) if event.kind is EventKind.NOTICE else ""
+        if message.startswith("warm gang") and "generation" in message:
+            return int(message.split("generation ")[1].split()[0])
+    raise AssertionError(f"run {run.id} has no warm-gang notice")
+
+
+def _wait_running(run, timeout: float = 120) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while run.status() is RunState.STARTING or run.status() is RunState.PENDING:
+        assert time.monotonic() < deadline, f"run {run.id} did not start"
+        time.sleep(0.1)
+
+
+def test_a_rank_killed_by_sigkill_is_named_with_its_signal(warm_home: Path) -> None:
+    cell = textwrap.dedent("""
+        import os, signal, torch
+        from accelerate import Accelerator
+        accelerator = Accelerator()
+        if accelerator.process_index == 1:
+            os.kill(os.getpid(), signal.SIGKILL)
+        accelerator.reduce(torch.ones(1), "sum")
+    """)
+    run = _run(warm_home, cell)
+    assert _finish(run) is RunState.FAILED
+    failure = run.failure
+    assert failure is not None and failure.rank == 1 and failure.signal == "SIGKILL", failure
+
+
+def test_destroying_the_process_group_and_leaking_dataloader_workers_do_not_reach_the_next_run(
+        warm_home: Path) -> None:
+    cell = textwrap.dedent("""
+        import os, torch
+        import torch.distributed as dist
+        from torch.utils.data import DataLoader
+        from accelerate import Accelerator
+        accelerator = Accelerator()
+        loader = DataLoader(list(range(8)), batch_size=2, num_workers=1, persistent_workers=True)
+        LEAK = iter(loader)
+        next(LEAK)
+        workers = [p for p in os.listdir("/proc") if p.isdigit() and
+                   open(f"/proc/{p}/stat").read().rsplit(")", 1)[-1].split()[1] == str(os.getpid())]
+        print("workers", " ".join(workers), flush=True)
+        accelerator.wait_for_everyone()
+        dist.destroy_process_group()
+    """)
+    run = _run(warm_home, cell)
+    assert _finish(run) is RunState.SUCCEEDED, run.failure
+    line = next(x for x in run.logs(0).splitlines() if x.startswith("workers"))
+    workers = [int(p) for p in line.split()[1:]]
+    assert workers, line
+    deadline = time.monotonic() + 10
+    while any(Path(f"/proc/{pid}").exists() for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(Path(f"/proc/{pid}").exists() for pid in workers), f"DataLoader workers {workers} outlived the run"
+    after = _run(warm_home, TRAIN)
+    assert _finish(after) is RunState.SUCCEEDED, after.failure
+
+
+def test_an_edited_local_module_is_imported_afresh(warm_home: Path, tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "helper_mod.py").write_text("VALUE = 'first'\n")
+    cell = "import helper_mod\nfrom accelerate import Accelerator\nAccelerator()\nprint('value', helper_mod.VALUE)\n"
+    one = _run(warm_home, cell)
+    assert _finish(one) is RunState.SUCCEEDED, one.failure
+    (tmp_path / "helper_mod.py").write_text("VALUE = 'second'\n")
+    two = _run(warm_home, cell)
+    assert _finish(two) is RunState.SUCCEEDED, two.failure
+    assert "value first" in one.logs(0) and "value second" in two.logs(0)
+
+
+def test_a_busy_gang_refuses_a_second_run_and_a_cancel_ends_a_blocked_one(warm_home: Path) -> None:
+    blocked = textwrap.dedent("""
+        import time, torch
+        from accelerate import Accelerator
+        accelerator = Accelerator()
+        print("ready", flush=True)
+        if accelerator.process_index == 0:
+            time.sleep(600)
+        accelerator.reduce(torch.ones(1), "sum")
+    """)
+    run = _run(warm_home, blocked)
+    deadline = time.monotonic() + 120
+    while "ready" not in run.logs(1):
+        assert time.monotonic() < deadline, "the blocked run never started"
+        time.sleep(0.1)
+    with pytest.raises(GangBusy, match=f"running run {run.id}"):
+        _run(warm_home, TRAIN)
+    started = time.monotonic()
+    run.cancel()
+    assert run.status() is RunState.CANCELLED
+    assert time.monotonic() - started < 20
+    after = _run(warm_home, TRAIN)
+    assert _finish(after) is RunState.SUCCEEDED, after.failure
+
+
+def test_a_changed_env_gets_a_gang_of_its_own(warm_home: Path) -> None:
+    before = _gang_ids(warm_home)
+    run = _run(warm_home, TRAIN, env={"OMP_NUM_THREADS": "1", "NBTRAIN_TEST_FLAVOUR": "other"})
+    assert _finish(run) is RunState.SUCCEEDED, run.failure
+    new = _gang_ids(warm_home) - before
+    assert len(new) == 1, (before, _gang_ids(warm_home))
+    (gang,) = new
+    registry.stop_gang(registry.find_gang(Store(warm_home), gang))
+    assert not pids_with_env(registry.MARKER, {gang})
+
+
+OWNER = """
+import sys
+from nbtrain.bundle import capture_cell
+from nbtrain.client import submit_bundle
+from nbtrain.spec import JobSpec
+from nbtrain.store import Store
+run = submit_bundle(capture_cell("from accelerate import Accelerator\\nAccelerator()\\n", {"__name__": "__main__"}),
+                    JobSpec(nodes=2, procs_per_node=1, device="cpu", warm=True, warm_ttl_s=float(sys.argv[2])),
+                    store=Store(sys.argv[1]))
+print(run.wait(timeout=200, raise_on_failure=False, progress=False).value, flush=True)
+if sys.argv[3] == "linger":
+    import time
+    time.sleep(600)
+"""
+
+
+@pytest.mark.parametrize("ending", ["owner-exits", "idle-ttl"])
+def test_a_gang_ends_with_zero_processes_when_its_owner_dies_or_its_ttl_passes(tmp_path: Path, ending: str) -> None:
+    home = tmp_path / "home"
+    env = {**os.environ, "NBTRAIN_HOME": str(home), "NBTRAIN_TRACKING": "0"}
+    linger = ending == "idle-ttl"
+    owner = subprocess.Popen([sys.executable, "-c", OWNER, str(home), "2" if linger else "1800",
+                              "linger" if linger else "exit"], env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        assert owner.stdout is not None and owner.stdout.readline().strip() == "succeeded"
+        (gang,) = _gang_ids(home)
+        deadline = time.monotonic() + 30
+        while pids_with_env(registry.MARKER, {gang}) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not pids_with_env(registry.MARKER, {gang}), f"the {ending} gang left processes behind"
+        assert owner.poll() is None if linger else True
+    finally:
+        owner.kill()
+        owner.wait()
