@@ -7,7 +7,8 @@ is new, folds the events into the :class:`~nbtrain.view.RunView` and hands the b
 
 A round costs mostly per file read (a large gang has a thousand), so the thread paces itself: it waits
 :data:`WATCH_PERIOD_S` between rounds while a round is cheap, and longer when rounds get dearer, so that it
-uses about :data:`WATCH_SHARE` of a core (:func:`watch_wait`; never longer than :data:`MAX_WATCH_PERIOD_S`).
+uses about :data:`WATCH_SHARE` of a core (:func:`watch_wait`; never longer than :data:`MAX_WATCH_PERIOD_S`, nor
+so long that a round reads more than :data:`BYTES_PER_ROUND` of lines: a round's lines are in memory at once).
 Reading less often only makes the blocks bigger: every line and event still arrives, once. Its rounds also
 skip the ranks' files that were idle last time (``StoreCursor.poll(skip_idle=True)``); the final round after
 the run ended, and every :meth:`RunWatcher.sync` called from outside, read every file.
@@ -24,19 +25,23 @@ from nbtrain.backends.storecursor import StoreCursor
 from nbtrain.model import Batch, RunState, RunStatus
 from nbtrain.view import RunView
 
-__all__ = ["LINES_PER_ROUND", "MAX_WATCH_PERIOD_S", "WATCH_PERIOD_S", "WATCH_SHARE", "RunWatcher", "watch_wait"]
+__all__ = ["BYTES_PER_ROUND", "LINES_PER_ROUND", "MAX_WATCH_PERIOD_S", "WATCH_PERIOD_S", "WATCH_SHARE", "RunWatcher", "watch_wait"]
 
 WATCH_PERIOD_S = 0.1  # between rounds, while rounds are cheap
-MAX_WATCH_PERIOD_S = 0.5  # between rounds, however dear they are (what a round reads is held at once)
+MAX_WATCH_PERIOD_S = 0.25  # between rounds, however dear they are (what a round reads is held at once)
 WATCH_SHARE = 0.05  # of a core the watcher aims to stay within (rounds' CPU time / wall time)
-LINES_PER_ROUND = 50_000  # log lines a round reads at most (x 200 bytes), per WATCH_PERIOD_S waited before it
+LINES_PER_ROUND = 50_000  # log lines a round reads at most (x 200 bytes: what one read holds in memory, bounded)
+BYTES_PER_ROUND = 4 * 1024 * 1024  # log bytes a round should hold at most (the wait shortens at higher rates)
 _DRAIN_ROUNDS = 10_000  # at the end: rounds until every file is read (a bound, never reached by finished files)
 
 
-def watch_wait(round_cpu_s: float) -> float:
+def watch_wait(round_cpu_s: float, bytes_per_s: float = 0.0) -> float:
     """Seconds to wait after a round that took ``round_cpu_s`` of CPU (smoothed): long enough that rounds use
-    :data:`WATCH_SHARE` of a core, within [:data:`WATCH_PERIOD_S`, :data:`MAX_WATCH_PERIOD_S`]."""
-    return min(MAX_WATCH_PERIOD_S, max(WATCH_PERIOD_S, round_cpu_s / WATCH_SHARE - round_cpu_s))
+    :data:`WATCH_SHARE` of a core, within [:data:`WATCH_PERIOD_S`, :data:`MAX_WATCH_PERIOD_S`], and short enough
+    that a round reads at most :data:`BYTES_PER_ROUND` of log lines at the rate they come (``bytes_per_s``):
+    what a round reads is in memory at once, so memory stays bounded at any rate."""
+    longest = min(MAX_WATCH_PERIOD_S, BYTES_PER_ROUND / bytes_per_s) if bytes_per_s > 0 else MAX_WATCH_PERIOD_S
+    return max(WATCH_PERIOD_S, min(longest, round_cpu_s / WATCH_SHARE - round_cpu_s))
 
 Listener = Callable[[Batch], None]
 
@@ -58,14 +63,14 @@ class RunWatcher:
         self._stop = threading.Event()
         self._name = name
 
-    def sync(self, *, with_lines: bool = False, skip_idle: bool = False, scale: float = 1.0) -> Batch:
+    def sync(self, *, with_lines: bool = False, skip_idle: bool = False) -> Batch:
         """Read what is new, fold it into :attr:`view`, hand it to the listeners; returns the batch.
 
-        At most about :data:`LINES_PER_ROUND` x ``scale`` lines are read (the rest comes with the next call).
+        At most about :data:`LINES_PER_ROUND` lines are read (the rest comes with the next call).
         ``skip_idle`` (the thread's own rounds): ranks' files idle last time may wait for a later round.
         """
         with self.lock:
-            max_lines = int(LINES_PER_ROUND * max(1.0, scale)) if (with_lines or self._line_listeners) else 0
+            max_lines = LINES_PER_ROUND if (with_lines or self._line_listeners) else 0
             if skip_idle and isinstance(self._cursor, StoreCursor):
                 batch = self._cursor.poll(max_lines=max_lines, skip_idle=True)
             else:
@@ -99,21 +104,25 @@ class RunWatcher:
         self._stop.set()
 
     def _loop(self) -> None:
-        cost, wait = 0.0, WATCH_PERIOD_S  # CPU seconds of a round (smoothed), and the wait before this one
+        cost, rate, wait = 0.0, 0.0, WATCH_PERIOD_S  # a round's CPU seconds, log bytes/s (smoothed); the wait
+        last = time.monotonic()
         while not self._stop.is_set():
-            started = time.thread_time()
+            started, read = time.thread_time(), 0
             try:
                 status = self.backend.status(self._handle())
                 self._on_status(status)
-                # a longer wait brings more lines: the round may read as many more (else it falls behind)
-                self.sync(skip_idle=True, scale=wait / WATCH_PERIOD_S)
+                batch = self.sync(skip_idle=True)
+                read = sum(len(block.data) for block in getattr(batch.lines, "blocks", ()))
             except Exception:  # noqa: BLE001 - the watcher must never die on a transient read error
                 status = RunStatus(RunState.RUNNING)
             if status.state.terminal:
                 self._drain()
                 return
+            now = time.monotonic()
             cost += 0.3 * (time.thread_time() - started - cost)
-            wait = watch_wait(cost)
+            rate += 0.3 * (read / max(now - last, 1e-3) - rate)
+            last = now
+            wait = watch_wait(cost, rate)
             self._stop.wait(wait)
 
     def _drain(self) -> None:

@@ -18,10 +18,9 @@ __all__ = ["LogRings", "RankRing", "blocks_of"]
 
 class RankRing:
     """The newest lines of one rank's log: at least the last ``capacity`` lines seen (the whole blocks that
-    hold them; a block of more than ``capacity`` lines cut to its last ``capacity``), numbered as in the log.
+    hold them; a block of more than ``4 x capacity`` lines cut to its last ``capacity``), numbered as in the log.
 
-    Memory: under ``2 x capacity`` lines of bytes. Blocks no larger than the ring are kept as read; a larger one
-    is cut (a copy of ``capacity`` lines), so a slow watcher's big blocks do not stay in memory whole.
+    Memory: under ``5 x capacity`` lines of bytes (blocks are kept as read: cutting each costs a copy).
     """
 
     __slots__ = ("blocks", "capacity", "held", "total")
@@ -40,7 +39,7 @@ class RankRing:
         if seen > 0:  # an overlap (a cursor never sends one): keep the lines after what was seen
             block = _from_line(block, seen)
         self.total = block.first + block.count
-        kept = _last_lines(block, self.capacity) if block.count > self.capacity else block
+        kept = _last_lines(block, self.capacity) if block.count > 4 * self.capacity else block
         self.blocks.append(kept)
         self.held += kept.count
         while self.held - self.blocks[0].count >= self.capacity:
