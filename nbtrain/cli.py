@@ -160,9 +160,17 @@ def _cmd_runs(args: argparse.Namespace) -> int:
 
 
 def _attach(run_id: str) -> Any:
+    """The run's handle; a run still to be tracked whose MLflow agent died (killed, a reboot) gets a new one."""
     from nbtrain import client
+    from nbtrain.tracking.starter import ensure_agent
 
-    return client.attach(run_id, watch=False)
+    run = client.attach(run_id, watch=False)
+    try:
+        ensure_agent(run.store, run.record)  # nothing when tracking is off, the agent lives, or MLflow has it all
+    except OSError as error:
+        print(f"nbtrain: MLflow tracking of run {run.id}: could not restart its tracking agent: {error}",
+              file=sys.stderr)
+    return run
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
@@ -251,6 +259,17 @@ def _cmd_manifests(args: argparse.Namespace) -> int:
     job = load_job(Path(args.directory), accept_edits=args.accept_edits)
     spec = job.with_parameters(apply_overrides(job.spec, args), {})
     print(manifest_yaml(spec, job.bundle).rstrip("\n"))  # --flavor (an override) picks the flavor
+    return EXIT_OK
+
+
+def _cmd_gangs(args: argparse.Namespace) -> int:
+    from nbtrain.store import Store
+    from nbtrain.warm.manage import gangs_table, stop_gangs
+
+    if args.action == "stop":
+        print("\n".join(stop_gangs(Store(), args.gang)))
+    else:
+        print(gangs_table(Store()))
     return EXIT_OK
 
 
@@ -402,6 +421,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--accept-edits", action="store_true", help=argparse.SUPPRESS)
     flags.add_arguments(p, "cli", spec_only=True, job_title=_JOB_OPTIONS)
     p.set_defaults(handler=_cmd_manifests)
+
+    p = sub.add_parser("gangs", help="list warm gangs (--warm runs); `nbtrain gangs stop [GANG]` ends them")
+    p.add_argument("action", nargs="?", choices=("list", "stop"), default="list")
+    p.add_argument("gang", nargs="?", default=None, help="a gang id or a unique prefix (stop: default every gang)")
+    p.set_defaults(handler=_cmd_gangs)
 
     p = sub.add_parser("doctor", help="check the environment, devices, cluster access and tracking")
     p.add_argument("--json", action="store_true")

@@ -290,7 +290,7 @@ def _rss_mb(pids: list[int]) -> float:
 
 
 def list_gangs(store: Store) -> list[GangInfo]:
-    """Every warm gang of the store, newest first (dead ones too, until stopped)."""
+    """Every live warm gang of the store, newest first (the directory of one whose agents ended is removed)."""
     _reap()
     out = []
     for gang_dir in (p for p in _root(store).iterdir() if p.is_dir()):
@@ -303,8 +303,11 @@ def list_gangs(store: Store) -> list[GangInfo]:
         claim = gang.get("claim") or {}
         alive = _agents_alive(gang_dir, nodes)
         if not alive:
-            state = "starting" if _claim_live(claim) and not all(
-                (gang_dir / f"node-{n}.json").exists() for n in range(nodes)) else "dead"
+            if _starting(gang):
+                state = "starting"
+            else:  # its agents ended (TTL, owner gone, a sibling died): nothing of it runs; forget it
+                shutil.rmtree(gang_dir, ignore_errors=True)
+                continue
         elif _claim_live(claim):
             state = f"busy (run {claim['run_id']})"
         else:

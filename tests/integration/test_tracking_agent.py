@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -89,6 +90,16 @@ def test_submit_without_wait_is_tracked_completely_with_no_kernel(home: Path, tm
     assert time.monotonic() - started < 60  # returned without waiting for the gang (or for MLflow)
     run_id = done.stdout.split(":")[0]
     run_dir = home / "runs" / run_id
+
+    # the agent dies (the OOM killer, a reboot): any nbtrain command that reads the run starts a new one, which
+    # resumes from the ledger (every point still arrives once: checked below)
+    _until(lambda: pids_with_env("NBTRAIN_TRACKING_OF", {run_id}), 60, "the tracking agent to start")
+    for pid in pids_with_env("NBTRAIN_TRACKING_OF", {run_id}):
+        os.kill(pid, signal.SIGKILL)
+    _until(lambda: not pids_with_env("NBTRAIN_TRACKING_OF", {run_id}), 30, "the killed agent to be gone")
+    assert nbtrain("status", run_id, cwd=tmp_path).returncode == 0
+    assert pids_with_env("NBTRAIN_TRACKING_OF", {run_id}) or json.loads(
+        (run_dir / "tracking.json").read_text()).get("finalized"), "`nbtrain status` did not restart the agent"
 
     # nothing watches the run: poll the store until the gang ended and every process of the run is gone
     _until(lambda: _ended(run_dir), 240, "the gang to end")

@@ -117,9 +117,11 @@ def test_local_ranks_inherit_the_kernels_environment() -> None:
     import inspect
 
     from nbtrain.backends.local import backend, supervisor
+    from nbtrain.warm import supervisor as warm_supervisor
 
-    assert "env = dict(os.environ)" in inspect.getsource(backend.LocalBackend.submit)
+    assert "env = dict(os.environ)" in inspect.getsource(backend.LocalBackend._start_supervisor)
     assert "env = dict(os.environ)" in inspect.getsource(supervisor)
+    assert "env = dict(os.environ)" in inspect.getsource(warm_supervisor.WarmSupervisor._start)  # --warm ranks
 
 
 def _stored_run(home: Path, env: dict[str, str]) -> str:
