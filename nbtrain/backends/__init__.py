@@ -12,12 +12,13 @@ lazily, on first use of that backend (a Kubernetes client import costs seconds).
 from __future__ import annotations
 
 from functools import cache
-from importlib.metadata import EntryPoint, entry_points
 from typing import TYPE_CHECKING, Any
 
 from nbtrain.errors import SpecError
 
 if TYPE_CHECKING:
+    from importlib.metadata import EntryPoint
+
     from nbtrain.backends.base import Backend
 
 __all__ = ["ENTRY_POINT_GROUP", "backend_class", "backend_names", "get_backend"]
@@ -27,6 +28,10 @@ ENTRY_POINT_GROUP = "nbtrain.backends"
 
 @cache
 def _entry_points() -> dict[str, EntryPoint]:
+    # imported here: importlib.metadata is a third of what a supervisor process (importing this package for its
+    # submodules) would load before starting its launchers
+    from importlib.metadata import entry_points
+
     found = {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
     if not found:
         raise SpecError(
