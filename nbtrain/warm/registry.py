@@ -222,15 +222,22 @@ def wait_ready(gang_dir: Path, *, timeout: float = START_TIMEOUT_S,
         time.sleep(0.05)
 
 
-def note_supervisor(gang_dir: Path, run_id: str, identity: str) -> None:
-    """The supervisor of ``run_id`` started: the claim lives as long as it does."""
+def note_supervisor(gang_dir: Path, run_id: str, identity: str) -> dict[str, Any] | None:
+    """The supervisor of ``run_id`` started: the claim lives as long as it does.
+
+    Returns the recycle the previous run of the gang left to report (its run id and why its ranks were ended
+    early), once: the monitor of this run says it.
+    """
     with _locked(gang_dir / "lock"):
         gang = read_json(gang_dir / "gang.json")
         claim = gang.get("claim") or {}
-        if claim.get("run_id") == run_id:
-            claim["supervisor"] = identity
-            gang["claim"] = claim
-            write_json_atomic(gang_dir / "gang.json", gang)
+        if claim.get("run_id") != run_id:
+            return None
+        claim["supervisor"] = identity
+        gang["claim"] = claim
+        recycle = gang.pop("last_recycle", None)
+        write_json_atomic(gang_dir / "gang.json", gang)
+        return recycle if isinstance(recycle, dict) else None
 
 
 def next_generation(gang_dir: Path) -> int:
@@ -252,7 +259,9 @@ def release(gang_dir: Path, run_id: str, *, recycled: str | None = None) -> None
             gang["claim"] = None
         gang["last_used"] = time.time()
         if recycled:
-            gang["recycled"] = [*gang.get("recycled", [])[-9:], {"run_id": run_id, "why": recycled, "at": time.time()}]
+            entry = {"run_id": run_id, "why": recycled, "at": time.time()}
+            gang["recycled"] = [*gang.get("recycled", [])[-9:], entry]
+            gang["last_recycle"] = entry
         write_json_atomic(gang_dir / "gang.json", gang)
 
 

@@ -213,6 +213,8 @@ def test_a_busy_gang_refuses_a_second_run_and_a_cancel_ends_a_blocked_one(warm_h
     assert time.monotonic() - started < 20
     after = _run(warm_home, TRAIN)
     assert _finish(after) is RunState.SUCCEEDED, after.failure
+    notices = " ".join(str(e.data.get("message")) for e in after.events() if e.kind is EventKind.NOTICE)
+    assert f"the ranks of run {run.id} were recycled" in notices and "cancelled" in notices, notices
 
 
 def test_a_changed_env_gets_a_gang_of_its_own(warm_home: Path) -> None:

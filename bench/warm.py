@@ -1,0 +1,117 @@
+"""Warm gangs: a changed cell -> first step on all ranks, cold nbtrain vs warm nbtrain vs bare accelerate launch.
+
+A 2x2 CPU gang, side by side in one run, alternating so machine noise hits every side alike. Each round
+changes the cell (another learning rate), so nothing is cached by content. The warm side's gang is started
+by one unmeasured run first (its agents import torch once); every measured warm run forks new ranks from it.
+Then the recycle: a warm run whose rank raises, and the next changed cell on the same gang (its first step
+should cost what a warm run costs: the failed ranks are gone, the agents are ready).
+
+Targets: warm median <= 0.8 s and <= 0.25x cold; the run after a failure <= 1.5x a cold start. Exits 1 when
+one is missed. Usage: python bench/warm.py [--repeats 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from launch_overhead import BODY, SETUP, _first_step_done, run_bare  # bench/: the cold-launch measurement
+
+WARM_TARGET_S = 0.8
+WARM_RATIO = 0.25
+RECYCLE_RATIO = 1.5
+FAIL = """
+from accelerate import Accelerator
+accelerator = Accelerator()
+raise RuntimeError("the bench's failing cell")
+"""
+
+
+def _cell(shell, flags: str, body: str, bench_dir: Path, round_no: int) -> tuple[float, str]:
+    """Run ``body`` (changed by ``round_no``) as a %%distributed cell; seconds to the first step on all ranks."""
+    from nbtrain.store import Store
+
+    # the output directory travels in the cell (a literal), not in --env: the environment is part of the gang key;
+    # the bare launch of the same main.py names its own directory in BENCH_DIR
+    changed = (f"LR = {0.1 + round_no / 1000!r}\nBENCH_OUT = {str(bench_dir)!r}\n"
+               + body.replace("lr=0.1", "lr=LR").replace('os.environ["BENCH_DIR"]',
+                                                         'os.environ.get("BENCH_DIR", BENCH_OUT)'))
+    start = time.time()
+    result = shell.run_cell(f"%%distributed --nodes 2 --gpus 2 --name bench {flags} --out run\n{changed}")
+    if result.error_before_exec or result.error_in_exec:
+        raise RuntimeError(result.error_before_exec or result.error_in_exec)
+    done = _first_step_done(bench_dir, 4)
+    run = shell.user_ns["run"]
+    run.wait(progress=False)
+    return done - start, str(Store().bundles / run.record.bundle_digest / "main.py")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    os.environ.setdefault("NBTRAIN_HOME", tempfile.mkdtemp(prefix="nbtrain-bench-"))
+    os.environ["NBTRAIN_TRACKING"] = "0"  # the bench measures start-up, not MLflow
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from nbtrain.backends.local.ports import free_port
+    from nbtrain.store import Store
+    from nbtrain.warm.manage import stop_gangs
+
+    shell = InteractiveShell.instance()
+    shell.run_line_magic("load_ext", "nbtrain")
+    shell.run_cell(SETUP)
+    cold: list[float] = []
+    warm: list[float] = []
+    bare: list[float] = []
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            def fresh(name: str) -> Path:
+                path = Path(tmp) / name
+                path.mkdir()
+                return path
+
+            started = time.time()
+            _cell(shell, "--warm", BODY, fresh("warmup"), 0)
+            print(f"  warm gang started by its first run in {time.time() - started:.1f} s (not counted)", flush=True)
+            for i in range(1, args.repeats + 1):
+                t_cold, script = _cell(shell, "", BODY, fresh(f"cold{i}"), i)
+                t_warm, _ = _cell(shell, "--warm", BODY, fresh(f"warm{i}"), i)
+                t_bare = run_bare(script, fresh(f"bare{i}"), free_port())
+                cold.append(t_cold)
+                warm.append(t_warm)
+                bare.append(t_bare)
+                print(f"  round {i}: cold nbtrain {t_cold:.2f} s   warm nbtrain {t_warm:.2f} s   "
+                      f"bare accelerate launch {t_bare:.2f} s", flush=True)
+            result = shell.run_cell(f"%%distributed --nodes 2 --gpus 2 --name bench-fail --warm --out failed\n{FAIL}")
+            if result.error_before_exec or result.error_in_exec:
+                raise RuntimeError(result.error_before_exec or result.error_in_exec)
+            state = shell.user_ns["failed"].wait(raise_on_failure=False, progress=False)
+            t_after, _ = _cell(shell, "--warm", BODY, fresh("after-failure"), args.repeats + 1)
+    finally:
+        stop_gangs(Store())
+    m_cold, m_warm, m_bare = statistics.median(cold), statistics.median(warm), statistics.median(bare)
+    print("  load average (1, 5, 15 min): " + ", ".join(f"{x:.1f}" for x in os.getloadavg()))
+    print(f"changed cell -> first step done on all 4 ranks (2 nodes x 2 CPU processes), median of {args.repeats}:")
+    print(f"  cold nbtrain           : {m_cold:.2f} s")
+    print(f"  warm nbtrain (--warm)  : {m_warm:.2f} s   ({m_warm / m_cold:.2f}x cold, {m_warm / m_bare:.2f}x bare)")
+    print(f"  bare accelerate launch : {m_bare:.2f} s")
+    print(f"  after a failed warm run ({state.value}): {t_after:.2f} s to the next cell's first step "
+          f"({t_after / m_cold:.2f}x a cold start)")
+    checks = {
+        f"warm median <= {WARM_TARGET_S} s": m_warm <= WARM_TARGET_S,
+        f"warm <= {WARM_RATIO}x cold": m_warm <= WARM_RATIO * m_cold,
+        f"run after a failure <= {RECYCLE_RATIO}x a cold start": t_after <= RECYCLE_RATIO * m_cold,
+    }
+    for name, ok in checks.items():
+        print(f"  target {name}: {'met' if ok else 'NOT met'}")
+    return 0 if all(checks.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
