@@ -9,6 +9,8 @@ agent), and the agent of node 0 forks the generation's rendezvous store holder. 
 - ``fork``: fork the ranks of this node for a generation (environment from :mod:`nbtrain.warm.rankenv`);
 - ``poll``: the exit codes of a generation's ranks (None while running; negative: killed by that signal);
 - ``end``: end a generation: SIGTERM its ranks' process groups, SIGKILL after a grace, and its store holder;
+- ``supervise`` (node 0): fork the supervisor of a warm attempt (:mod:`nbtrain.warm.supervisor`), in its own
+  session, with the environment, directory and log the run's submitter gives;
 - ``ping``/``stop``.
 
 It exits, ending everything it forked, when the gang directory says stop or is gone, when a sibling agent
@@ -166,6 +168,8 @@ class Agent:
         if op == "stop":
             self.stopping = True
             return {"ok": True}
+        if op == "supervise":
+            return {"ok": True, "pid": self._fork_supervisor(request)}
         number = int(request["generation"])
         if op == "store":
             fresh = self.generations.setdefault(number, Generation(number))
@@ -195,6 +199,38 @@ class Agent:
             signal.signal(sig, signal.SIG_DFL)
         if self.listener is not None:
             self.listener.close()
+
+    def _fork_supervisor(self, request: dict[str, Any]) -> int:
+        """Fork the supervisor of a warm attempt (saves its interpreter start: nbtrain is imported here)."""
+        pid = os.fork()
+        if pid == 0:
+            code = 70
+            try:
+                os.setsid()  # not _child_setup: the supervisor must outlive nothing but itself, no PDEATHSIG
+                for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD, signal.SIGHUP, signal.SIGPIPE):
+                    signal.signal(sig, signal.SIG_DFL)
+                if self.listener is not None:
+                    self.listener.close()
+                log = os.open(str(request["log"]), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+                os.dup2(log, 1)
+                os.dup2(log, 2)
+                os.close(log)
+                os.environ.clear()
+                os.environ.update({str(k): str(v) for k, v in request["env"].items()})
+                os.chdir(str(request["cwd"]))
+                from nbtrain.warm.supervisor import run_attempts
+
+                code = run_attempts(Path(str(request["attempt_dir"])))
+            except SystemExit as done:
+                code = done.code if isinstance(done.code, int) else 1
+            finally:
+                try:
+                    sys.stdout.flush()
+                    sys.stderr.flush()
+                finally:
+                    os._exit(code)
+        self.by_pid[pid] = (-1, -1)
+        return pid
 
     def _fork_store(self, host: str) -> tuple[int, int]:
         read_end, write_end = os.pipe()
@@ -323,6 +359,7 @@ def _preload() -> None:
 
     from nbtrain.bundle import reader  # noqa: F401
     from nbtrain.runtime import checkpoint, hooks, progress, worker  # noqa: F401
+    from nbtrain.warm import supervisor  # noqa: F401  (forked for each warm attempt: op "supervise")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -29,7 +29,7 @@ from nbtrain.store import Store, write_json_atomic
 from nbtrain.warm import protocol
 
 __all__ = [
-    "MARKER", "GangBusy", "GangInfo", "acquire", "environment_stamp", "find_gang", "gang_pids", "list_gangs", "next_generation",
+    "MARKER", "GangBusy", "GangInfo", "acquire", "environment_stamp", "find_gang", "fork_supervisor", "gang_pids", "list_gangs", "next_generation",
     "note_supervisor", "release", "stop_gang", "wait_ready",
 ]
 
@@ -220,6 +220,18 @@ def wait_ready(gang_dir: Path, *, timeout: float = START_TIMEOUT_S,
             raise BackendError(f"--warm: the agent of node {node} of warm gang {gang_dir.name} {what}; its output:\n  "
                                + "\n  ".join(tail or ["(none)"]))
         time.sleep(0.05)
+
+
+def fork_supervisor(gang_dir: Path, attempt_dir: Path, *, env: dict[str, str], cwd: str, log: Path) -> int | None:
+    """Have the ready agent of node 0 fork the attempt's supervisor; its pid, or None (not ready: start one)."""
+    if not (gang_dir / "node-0.json").exists():
+        return None
+    try:
+        answer = protocol.call(gang_dir / "node-0.sock", {"op": "supervise", "attempt_dir": str(attempt_dir),
+                                                          "env": env, "cwd": cwd, "log": str(log)}, timeout=10.0)
+    except protocol.AgentUnreachable:
+        return None
+    return int(answer["pid"]) if answer.get("ok") else None
 
 
 def note_supervisor(gang_dir: Path, run_id: str, identity: str) -> dict[str, Any] | None:

@@ -23,7 +23,7 @@ from nbtrain.model import RunState
 from nbtrain.runtime import watchdog
 from nbtrain.warm import protocol, registry
 
-__all__ = ["WarmSupervisor", "main"]
+__all__ = ["WarmSupervisor", "main", "run_attempts"]
 
 END_GRACE_S = 3.0
 
@@ -162,13 +162,22 @@ def _next_attempt(plan: dict[str, Any]) -> Path:
     return attempt_dir
 
 
+def run_attempts(attempt_dir: Path) -> int:
+    """Supervise the attempts of a warm run from ``attempt_dir``; the exit code (0: it succeeded)."""
+    try:
+        supervise(attempt_dir, make=WarmSupervisor, advance=_next_attempt)
+    except SystemExit as done:
+        return done.code if isinstance(done.code, int) else 1
+    return 0
+
+
 def main() -> None:
-    """Process entry point: ``python -m nbtrain.warm.supervisor ATTEMPT_DIR``."""
+    """Process entry point: ``python -m nbtrain.warm.supervisor ATTEMPT_DIR`` (a gang whose agents are starting;
+    a ready gang's agent of node 0 forks the supervisor instead: :func:`run_attempts`)."""
     if len(sys.argv) != 2:
         sys.stderr.write("usage: python -m nbtrain.warm.supervisor ATTEMPT_DIR\n")
         sys.exit(2)
-    attempt_dir = Path(sys.argv[1])
-    supervise(attempt_dir, make=WarmSupervisor, advance=_next_attempt)
+    sys.exit(run_attempts(Path(sys.argv[1])))
 
 
 if __name__ == "__main__":

@@ -257,6 +257,14 @@ class LocalBackend(StoreBackedBackend):
         env = dict(os.environ)
         env["NBTRAIN_SUPERVISOR_OF"] = plan.run_id
         env.pop(procs.MARKER, None)
+        if request.get("warm"):
+            from nbtrain.warm import registry
+
+            # a ready gang's agent of node 0 forks the supervisor: no interpreter start on the way to the ranks
+            pid = registry.fork_supervisor(Path(request["warm"]["gang_dir"]), attempt_dir, env=env, cwd=os.getcwd(),
+                                           log=attempt_dir / "supervisor.log")
+            if pid:
+                return RunHandle(self.name, plan.run_id, {"attempt": plan.request["attempt"], "supervisor_pid": pid})
         with open(os.open(attempt_dir / "supervisor.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab") as log:
             try:
                 child = subprocess.Popen(
