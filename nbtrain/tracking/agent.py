@@ -38,6 +38,7 @@ __all__ = ["main"]
 POLL_S = 0.5  # status + new events; the forwarder batches to MLflow every second anyway
 SETTLE_S = 600.0  # after the run ends: how long to keep trying to complete the MLflow run
 LOCK_WAIT_S = 2.0  # a kernel probing the lock holds it for an instant; another agent holds it for good
+START_WAIT_S = 300.0  # at most this long for a gang's training to get under way before MLflow is started
 
 
 class AgentLock:
@@ -146,6 +147,45 @@ def follow(store: Store, run_id: str, *, tracking_uri: str | None, experiment: s
         time.sleep(POLL_S)  # the resume may still be submitting (its handle lands in the record after)
 
 
+#: What rank 0 writes once its training is under way (or over): the gang's start-up is behind it.
+_UNDER_WAY = (b'"kind":"metric"', b'"kind":"params"', b'"kind":"checkpoint"', b'"kind":"rank_done"',
+              b'"kind":"rank_error"')
+_TERMINAL = ("succeeded", "failed", "cancelled")
+
+
+def await_first_step(store: Store, run_id: str, *, timeout: float = START_WAIT_S) -> None:
+    """Return once rank 0 of the latest attempt reported training under way, or the attempt ended (bounded).
+
+    Only for backends whose ranks write their events into the store (local, Slurm): importing MLflow and
+    creating the MLflow run takes seconds of CPU, which a starting gang needs more (every rank imports torch);
+    nothing is lost by starting later: the forwarder reads the attempt's events from the beginning.
+    """
+    import json
+
+    attempts = store.run_dir(run_id) / "attempts"
+    deadline = time.monotonic() + timeout
+    offset = 0
+    while time.monotonic() < deadline:
+        numbers = sorted(int(p.name) for p in attempts.iterdir() if p.name.isdigit()) if attempts.is_dir() else []
+        if numbers:
+            attempt = attempts / str(numbers[-1])
+            try:
+                with open(attempt / "events" / "rank-0.jsonl", "rb") as handle:
+                    handle.seek(offset)
+                    chunk = handle.read()
+                if any(marker in chunk for marker in _UNDER_WAY):
+                    return
+                offset += chunk.rfind(b"\n") + 1  # a line cut in the middle is read again next time
+            except OSError:
+                pass
+            try:
+                if json.loads((attempt / "status.json").read_text()).get("state") in _TERMINAL:
+                    return
+            except (OSError, ValueError):
+                pass
+        time.sleep(POLL_S)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point (see the module docstring); the exit code says whether the MLflow run is complete."""
     parser = argparse.ArgumentParser(prog="python -m nbtrain.tracking.agent",
@@ -172,6 +212,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     log(f"started (MLflow {uri or 'default'}, experiment {args.experiment!r})")
     try:
+        if store.load(args.run_id).backend in ("local", "slurm"):  # a Kubernetes run's agent may be its mirror
+            await_first_step(store, args.run_id)
         code = follow(store, args.run_id, tracking_uri=uri, experiment=args.experiment, lock=lock, log=log,
                       settle_s=args.settle_s)
     except SystemExit as stop:

@@ -158,6 +158,15 @@ def _lock_pid(path: Path) -> int:
         return 0
 
 
+def _running(pid: int) -> bool:
+    """Process ``pid`` exists and is not a zombie."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
 def _lock_held(path: Path) -> bool:
     """True while some process holds ``path``'s flock (probes for an instant; the agent retries a probed lock)."""
     try:
@@ -184,7 +193,10 @@ def agent_alive(run_dir: Path) -> bool:
     """True while an agent follows the run of ``run_dir`` (or one this process started is still starting)."""
     lock = run_dir / AGENT_LOCK
     if _lock_held(lock):
-        return True
+        # a killed agent's lock outlives it briefly (its other threads are still exiting while it shows as a
+        # zombie): a holder that no longer runs is on its way out, and a new agent waits for the lock
+        pid = _lock_pid(lock)
+        return not pid or _running(pid)
     _reap()
     with _children_lock:
         child = _children.get(run_dir.name)
