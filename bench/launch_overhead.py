@@ -4,7 +4,7 @@ Measures, for a 2x2 CPU gang, the time from submitting to the first training ste
 ALL ranks. nbtrain's side starts when the cell is run in a real IPython shell (capture, plan, supervisor,
 launchers, workers); the bare side starts when `accelerate launch` is exec'd for each node with the same
 flags, on the bundle's own `main.py`. Runs alternate (nbtrain, bare, nbtrain, ...) so machine noise hits
-both alike. Prints medians and the ratio (target <= 1.10); exits 1 when the target is missed.
+both alike. Prints medians and the ratio (target <= 1.00; Slurm mode <= 1.10); exits 1 when the target is missed.
 Usage: python bench/launch_overhead.py [--repeats 5] [--backend local|slurm]
 
 ``--backend slurm`` (bench/slurm_overhead.py): the same cell on a real 2-node Slurm cluster the bench starts
@@ -41,7 +41,8 @@ with open(os.path.join(os.environ["BENCH_DIR"], f"rank{accelerator.process_index
     f.write(repr(time.time()))
 """
 
-TARGET = 1.10
+TARGET = 1.10  # Slurm: nbtrain vs sbatch of the exported script (issue 14)
+LOCAL_TARGET = 1.00  # local: nbtrain must cost no more than bare accelerate launch (issue 12)
 
 
 def _first_step_done(directory: Path, world: int, timeout: float = 120) -> float:
@@ -126,8 +127,9 @@ def main() -> int:
     print(f"submit -> first step done on all 4 ranks (2 nodes x 2 CPU processes), median of {args.repeats}:")
     print(f"  nbtrain %%distributed : {m_ours:.2f} s")
     print(f"  bare accelerate launch: {m_bare:.2f} s")
-    print(f"  ratio                 : {ratio:.3f}  (target <= {TARGET:.2f}: {'met' if ratio <= TARGET else 'NOT met'})")
-    return 0 if ratio <= TARGET else 1
+    met = ratio <= LOCAL_TARGET
+    print(f"  ratio                 : {ratio:.3f}  (target <= {LOCAL_TARGET:.2f}: {'met' if met else 'NOT met'})")
+    return 0 if met else 1
 
 
 if __name__ == "__main__":
