@@ -6,6 +6,7 @@ gang (a changed --env, a short TTL, a dying owner) start their own and check it 
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -106,12 +107,11 @@ def test_a_rank_raising_during_a_blocked_all_reduce_is_named_and_the_next_run_is
         accelerator.reduce(torch.ones(1), "sum")  # rank 0 waits here for a peer that never comes
     """)
     run = _run(warm_home, cell)
-    started = time.monotonic()
-    _wait_running(run)
     assert _finish(run) is RunState.FAILED
-    assert time.monotonic() - started < 30
     failure = run.failure
     assert failure is not None and failure.rank == 1 and failure.exc_type == "ValueError", failure
+    status = json.loads((Store(warm_home).attempt_dir(run.id, 0) / "status.json").read_text())
+    assert status["ended"] - failure.time < 5.0, "the verdict came more than 5 s after rank 1 raised"
     after = _run(warm_home, TRAIN)
     assert _finish(after) is RunState.SUCCEEDED, after.failure
     assert _generation(after) > _generation(run)  # new processes: nothing of the failed ranks is reused
@@ -123,13 +123,6 @@ def _generation(run) -> int:  # type: ignore[no-untyped-def]
         if message.startswith("warm gang") and "generation" in message:
             return int(message.split("generation ")[1].split()[0])
     raise AssertionError(f"run {run.id} has no warm-gang notice")
-
-
-def _wait_running(run, timeout: float = 120) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while run.status() is RunState.STARTING or run.status() is RunState.PENDING:
-        assert time.monotonic() < deadline, f"run {run.id} did not start"
-        time.sleep(0.1)
 
 
 def test_a_rank_killed_by_sigkill_is_named_with_its_signal(warm_home: Path) -> None:
