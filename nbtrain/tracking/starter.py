@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from nbtrain.runtime.watchdog import start_time
 from nbtrain.spec import tracking_default
 from nbtrain.store import RunRecord, Store, write_json_atomic
 from nbtrain.tracking.ledger import Ledger
@@ -158,15 +159,6 @@ def _lock_pid(path: Path) -> int:
         return 0
 
 
-def _running(pid: int) -> bool:
-    """Process ``pid`` exists and is not a zombie."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state not in ("Z", "X")
-
-
 def _lock_held(path: Path) -> bool:
     """True while some process holds ``path``'s flock (probes for an instant; the agent retries a probed lock)."""
     try:
@@ -196,7 +188,7 @@ def agent_alive(run_dir: Path) -> bool:
         # a killed agent's lock outlives it briefly (its other threads are still exiting while it shows as a
         # zombie): a holder that no longer runs is on its way out, and a new agent waits for the lock
         pid = _lock_pid(lock)
-        return not pid or _running(pid)
+        return not pid or start_time(pid) is not None
     _reap()
     with _children_lock:
         child = _children.get(run_dir.name)

@@ -21,7 +21,6 @@ gang) is gone, or it has been idle longer than the gang's TTL.
 from __future__ import annotations
 
 import ctypes
-import json
 import os
 import random
 import select
@@ -34,8 +33,10 @@ from pathlib import Path
 from typing import Any
 
 from nbtrain.runtime import watchdog
+from nbtrain.store import write_json_atomic
 from nbtrain.warm import protocol
 from nbtrain.warm.rankenv import accelerate_env, worker_env
+from nbtrain.warm.registry import read_json
 
 __all__ = ["Agent", "main"]
 
@@ -48,14 +49,6 @@ def _die_with_parent(sig: int = signal.SIGKILL) -> None:
         ctypes.CDLL(None, use_errno=True).prctl(1, sig)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return value if isinstance(value, dict) else {}
 
 
 @dataclass
@@ -95,9 +88,7 @@ class Agent:
         os.chmod(self.sock_path, 0o600)
         listener.listen(16)
         ready = {"node": self.node, "pid": os.getpid(), "identity": watchdog.identity(), "ready": time.time()}
-        tmp = self.dir / f"node-{self.node}.json.tmp"
-        tmp.write_text(json.dumps(ready), encoding="utf-8")
-        os.replace(tmp, self.dir / f"node-{self.node}.json")
+        write_json_atomic(self.dir / f"node-{self.node}.json", ready)
         checked = 0.0
         reason = ""
         try:
@@ -125,13 +116,13 @@ class Agent:
 
     def _lapsed(self) -> str:
         """Why this agent should exit now ("" to stay)."""
-        gang = _read_json(self.dir / "gang.json")
+        gang = read_json(self.dir / "gang.json")
         if not self.dir.is_dir() or not gang:
             return "the gang's directory is gone"
         if (self.dir / "stop").exists():
             return "asked to stop"
         for other in gang.get("agents", []):
-            ident = _read_json(self.dir / f"node-{other}.json").get("identity")
+            ident = read_json(self.dir / f"node-{other}.json").get("identity")
             if other != self.node and ident and not watchdog.alive(str(ident)):
                 return f"the agent of node {other} is gone"
         if any(g.running for g in self.generations.values()):

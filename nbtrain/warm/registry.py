@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nbtrain.backends.local import procs
 from nbtrain.errors import BackendError, NbtrainError
 from nbtrain.runtime import watchdog
 from nbtrain.store import Store, write_json_atomic
@@ -114,20 +115,7 @@ def _claim_live(claim: dict[str, Any] | None) -> bool:
 
 def gang_pids(gang_id: str) -> list[int]:
     """Live processes of a gang (its agents, their store holders and ranks): ``NBTRAIN_WARM_GANG=ID``."""
-    needle = f"\0{MARKER}={gang_id}\0".encode()
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            if needle not in b"\0" + (entry / "environ").read_bytes() + b"\0":
-                continue
-            state = (entry / "stat").read_text().rsplit(")", 1)[-1].split()[0]
-        except (OSError, IndexError):
-            continue
-        if state not in ("Z", "X"):
-            found.append(int(entry.name))
-    return found
+    return procs.pids_with_env(MARKER, gang_id)
 
 
 def acquire(store: Store, key: str, facts: dict[str, Any], *, run_id: str, ttl_s: float, python: str) -> Path:

@@ -43,13 +43,6 @@ class _Node:
         bad = [code for code in codes if code]
         return bad[0] if bad else 0
 
-    def wait(self, timeout: float | None = None) -> int:
-        code = self.poll()
-        return 0 if code is None else code
-
-    def kill(self) -> None:
-        pass  # the agent ends the generation (WarmSupervisor._end_gang)
-
 
 class WarmSupervisor(Supervisor):
     """See the module docstring."""

@@ -11,14 +11,14 @@ import signal
 import time
 from pathlib import Path
 
-__all__ = ["gang_pids", "terminate_gang"]
+__all__ = ["gang_pids", "pids_with_env", "terminate_gang"]
 
 MARKER = "NBTRAIN_RUN_ID"
 
 
-def gang_pids(run_id: str, *, exclude: tuple[int, ...] = ()) -> list[int]:
-    """PIDs of live (non-zombie) processes whose environment carries ``NBTRAIN_RUN_ID=run_id``."""
-    needle = b"\0" + f"{MARKER}={run_id}".encode() + b"\0"
+def pids_with_env(name: str, value: str, *, exclude: tuple[int, ...] = ()) -> list[int]:
+    """PIDs of live (non-zombie) processes whose environment (as exec'd) carries ``name=value``."""
+    needle = b"\0" + f"{name}={value}".encode() + b"\0"
     own = {os.getpid(), *exclude}
     found = []
     for entry in Path("/proc").iterdir():
@@ -38,6 +38,11 @@ def gang_pids(run_id: str, *, exclude: tuple[int, ...] = ()) -> list[int]:
         if state not in ("Z", "X"):
             found.append(pid)
     return found
+
+
+def gang_pids(run_id: str, *, exclude: tuple[int, ...] = ()) -> list[int]:
+    """PIDs of live (non-zombie) processes whose environment carries ``NBTRAIN_RUN_ID=run_id``."""
+    return pids_with_env(MARKER, run_id, exclude=exclude)
 
 
 def _signal_all(pids: list[int], sig: int) -> None:
