@@ -56,12 +56,11 @@ def test_one_srun_step_one_launcher_per_node_at_the_first_nodes_address() -> Non
     assert "export ACCELERATE_USE_CPU=1" in script and "export GREETING='hello world'" in script
     argv = _node_argv(script)
     assert argv[:4] == ["exec", sys.executable, "-m", "accelerate.commands.launch"] and argv[-1] == "train.py"
-    flags = dict(zip(argv[4::2], argv[5::2], strict=False))
     assert "--multi_gpu" in argv  # with ACCELERATE_USE_CPU=1: a gloo gang (DESIGN.md, Facts)
     assert argv[argv.index("--machine_rank") + 1] == "1" and argv[argv.index("--num_machines") + 1] == "2"
     assert argv[argv.index("--num_processes") + 1] == "4" and argv[argv.index("--main_process_ip") + 1] == "10.0.0.1"
-    assert flags  # parsed
-    assert "nbtrain" not in " ".join(argv[1:])  # the job runs without nbtrain
+    # the job runs without nbtrain: no nbtrain module or path after the interpreter (whose own path may say nbtrain)
+    assert not [arg for arg in argv[2:] if "nbtrain" in arg]
 
 
 CHECK = r"""
