@@ -434,6 +434,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "default: the one NBTRAIN_BACKEND or ./nbtrain.toml selects")
     p.add_argument("--partition", default=None, help="the Slurm partition whose nodes the store probe runs on")
     p.set_defaults(handler=_cmd_doctor)
+
+    from nbtrain.commands import register_all
+
+    register_all(sub)  # commands in their own modules (nbtrain/commands/)
     return parser
 
 

@@ -36,7 +36,7 @@ RUN is a run id or a unique prefix of one."""
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> Any:  # argparse would exit the kernel's process otherwise
-        raise UsageError(f"%nbtrain: {message}\n\n{USAGE}")
+        raise UsageError(f"%nbtrain: {message}\n\n{usage()}")
 
 
 def _parser() -> _Parser:
@@ -67,7 +67,19 @@ def _parser() -> _Parser:
     export.add_argument("--out", default=None)
     export.add_argument("--cell", default="last")
     export.add_argument("--params", default=None)
+    from nbtrain.commands import register_all_magics
+
+    register_all_magics(sub)  # %nbtrain subcommands of nbtrain/commands/ modules (they set `magic`)
     return parser
+
+
+def usage() -> str:
+    """USAGE plus the lines of the command modules' own ``%nbtrain`` subcommands."""
+    from nbtrain.commands import magic_usage
+
+    extra = magic_usage()
+    head, sep, tail = USAGE.partition("\n\nRUN is")
+    return head + ("\n" + extra if extra else "") + sep + tail
 
 
 @magics_class
@@ -79,12 +91,14 @@ class ManageMagics(Magics):
         """Manage runs: ``%nbtrain runs|status|logs|cancel|attach|doctor|export`` (``%nbtrain`` alone for help)."""
         words = shlex.split(line)
         if not words or words[0] in ("help", "-h", "--help"):
-            print(USAGE)
+            print(usage())
             return None
         args = _parser().parse_args(words)
         from nbtrain import client
 
         try:
+            if getattr(args, "magic", None) is not None:  # a command module's subcommand
+                return args.magic(args, self.shell)
             if args.command == "runs":
                 print(self._runs_table(client.runs()))
                 return None
