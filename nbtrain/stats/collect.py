@@ -1,0 +1,154 @@
+"""Read a run store into :class:`~nbtrain.stats.model.RunFacts` (the I/O edge of ``nbtrain stats``).
+
+What is read per run: ``record.json`` (spec, kind of each recorded attempt and when it was submitted, the final
+state), each attempt's ``status.json`` (state, started, ended: written by the supervisor or the Kubernetes
+mirror) and, from each rank's event file, only the lines of ``rank_start`` and ``checkpoint`` events (other
+lines are skipped before they are parsed). Nothing is written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from nbtrain.events import EventKind, parse_line
+from nbtrain.spec import Device, JobSpec
+from nbtrain.stats.compute import compute_stats
+from nbtrain.stats.model import AttemptFacts, AttemptKind, RunFacts, Stats
+from nbtrain.store import RunRecord, Store
+
+__all__ = ["gather", "job_of", "read_store", "store_owner"]
+
+_WANTED = (f'"{EventKind.RANK_START.value}"', f'"{EventKind.CHECKPOINT.value}"')
+
+
+def store_owner(root: Path) -> str:
+    """The name of the user who owns the store directory ``root`` (the store is private to its user)."""
+    uid = root.stat().st_uid if root.exists() else os.getuid()
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid{uid}"
+
+
+def job_of(record: RunRecord) -> str:
+    """What "the same job" is for recovery times: ``NOTEBOOK#CELL-ID`` for a notebook cell whose id is known,
+    else the run's name."""
+    path, cell = record.notebook.get("path"), record.notebook.get("cell_id")
+    return f"{path}#{cell}" if path and cell else record.spec.name
+
+
+def read_store(store: Store, user: str | None = None) -> list[RunFacts]:
+    """Every readable run of ``store`` as RunFacts of ``user`` (default: the store directory's owner).
+
+    Records that fail to parse are skipped (as ``Store.records`` does)."""
+    who = user or store_owner(store.root)
+    return [_run_facts(store, record, who) for record in store.records()]
+
+
+def _run_facts(store: Store, record: RunRecord, user: str) -> RunFacts:
+    spec = record.spec
+    recorded_profile = "profile" in getattr(JobSpec, "__dataclass_fields__", {})
+    profile = getattr(spec, "profile", None) if recorded_profile else None
+    attempts = tuple(_attempts(store, record))
+    return RunFacts(
+        run_id=record.run_id, user=user, job=job_of(record), backend=record.backend, created=record.created,
+        nodes=spec.nodes, procs=spec.procs_per_node, gpu=spec.device is Device.GPU,
+        state=attempts[-1].state if attempts else record.state,  # the record's state may predate the verdict
+        attempts=attempts, profile=str(profile) if profile else None,
+        profile_recorded=recorded_profile,
+    )
+
+
+def _attempts(store: Store, record: RunRecord) -> Iterable[AttemptFacts]:
+    entries = {int(a.get("attempt", 0)): a for a in record.attempts}
+    on_disk = set()
+    attempts_dir = store.run_dir(record.run_id) / "attempts"
+    if attempts_dir.is_dir():
+        on_disk = {int(p.name) for p in attempts_dir.iterdir() if p.name.isdigit()}
+    numbers = sorted(set(entries) | on_disk)
+    checkpoint_seen = False
+    for number in numbers:
+        entry = entries.get(number)
+        directory = store.attempt_dir(record.run_id, number)
+        status = _read_json(directory / "status.json") or {}
+        state = str(status.get("state") or "")
+        ended = status.get("ended")
+        if number == numbers[-1] and (not state or record.state in ("succeeded", "failed", "cancelled")):
+            # the record keeps the verdict the notebook saw last (a supervisor that died leaves no status)
+            state, ended = record.state, ended if ended is not None else record.ended
+        started_all, has_checkpoint = _scan_events(directory / "events", record.spec.world_size)
+        submitted = entry.get("submitted") if entry else None
+        yield AttemptFacts(
+            number=number, kind=_kind(number, entry), state=state or "pending",
+            submitted=float(submitted) if submitted is not None else None,
+            all_ranks_started=started_all, started=_float(status.get("started")), ended=_float(ended),
+            checkpoint_before=checkpoint_seen,
+        )
+        checkpoint_seen = checkpoint_seen or has_checkpoint
+
+
+def _kind(number: int, entry: dict[str, Any] | None) -> AttemptKind:
+    if number == 0:
+        return AttemptKind.SUBMIT
+    if entry is None:
+        return AttemptKind.RESTART  # automatic restarts are planned by the supervisor, not recorded by the client
+    try:
+        return AttemptKind(str(entry.get("kind") or "resume"))
+    except ValueError:
+        return AttemptKind.OTHER
+
+
+def _scan_events(events: Path, world_size: int) -> tuple[float | None, bool]:
+    """(the latest of the ranks' first rank_start times when every rank has one, a checkpoint event exists)."""
+    first_start: dict[int, float] = {}
+    checkpoint = False
+    for rank in range(world_size):
+        try:
+            handle = open(events / f"rank-{rank}.jsonl", encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        with handle:
+            for line in handle:
+                if not any(word in line for word in _WANTED):
+                    continue
+                event = parse_line(line)
+                if event is None:
+                    continue
+                if event.kind is EventKind.RANK_START and rank not in first_start:
+                    first_start[rank] = event.time
+                elif event.kind is EventKind.CHECKPOINT:
+                    checkpoint = True
+    all_started = max(first_start.values()) if world_size and len(first_start) == world_size else None
+    return all_started, checkpoint
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _float(value: Any) -> float | None:
+    try:
+        return float(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def gather(stores: Sequence[Store], now: float, since: float | None) -> tuple[Stats, list[tuple[str, str]]]:
+    """The statistics of the runs of ``stores`` together (each store's runs are its owner's), and the
+    (store path, user) pairs they were read from. What ``nbtrain stats`` and ``GET /nbtrain/stats`` both call."""
+    facts: list[RunFacts] = []
+    sources = []
+    for store in stores:
+        user = store_owner(store.root)
+        facts += read_store(store, user)
+        sources.append((str(store.root), user))
+    return compute_stats(facts, now, since), sources
