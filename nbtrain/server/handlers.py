@@ -9,6 +9,7 @@ POST /nbtrain/runs/<id>/cancel            end every process of the run          
 POST /nbtrain/runs/<id>/resume            relaunch from the latest checkpoint                    execute
 POST /nbtrain/export                      {"path": "nb.ipynb", "out": "dir", "cell": N | "tag": T} -> job directory
                                                                                                  write
+GET  /nbtrain/stats                       adoption figures (?since=30d&format=json|prometheus)     read
 GET  /nbtrain/events                      server-sent events: {"runs": [...]} whenever a run's summary changes
                                                                                                  read
 
@@ -39,6 +40,7 @@ from nbtrain.server.base import AUTH_RESOURCE, BadRequest, BaseHandler, dumps
 from nbtrain.server.exporting import export_request, run_export
 from nbtrain.server.feed import SummaryFeed
 from nbtrain.server.runs import run_detail, run_summary
+from nbtrain.server.stats import StatsHandler
 
 __all__ = ["AUTH_RESOURCE", "handlers"]
 
@@ -311,6 +313,7 @@ def handlers() -> list[tuple[str, type]]:
         (rf"{prefix}/runs/{run}/resume", ResumeHandler),
         (rf"{prefix}/export", ExportHandler),
         (rf"{prefix}/events", EventsHandler),
+        (rf"{prefix}/stats", StatsHandler),
         (rf"{prefix}(?:/.*)?", NotFoundHandler),
     ]
 
