@@ -7,7 +7,8 @@ In a notebook::
     ...
 
 From Python: ``nbtrain.distributed`` (decorator), ``nbtrain.attach``, ``nbtrain.runs``; in workers:
-``nbtrain.log``. Importing this package is cheap: heavy modules load on first use.
+``nbtrain.log``, ``nbtrain.resolve``/``nbtrain.dataset_path`` (storage URIs). Importing this package is
+cheap: heavy modules load on first use.
 """
 
 from __future__ import annotations
@@ -23,9 +24,11 @@ __all__ = [
     "RunState",
     "__version__",
     "attach",
+    "dataset_path",
     "distributed",
     "load_ipython_extension",
     "log",
+    "resolve",
     "restore",
     "runs",
     "save_checkpoint",
@@ -40,6 +43,8 @@ _LAZY = {
     "runs": ("nbtrain.client", "runs"),
     "distributed": ("nbtrain.decorator", "distributed"),
     "log": ("nbtrain.runtime.metrics", "log"),
+    "dataset_path": ("nbtrain.storage.api", "dataset_path"),
+    "resolve": ("nbtrain.storage.api", "resolve"),
     "restore": ("nbtrain.runtime.checkpoint", "restore"),
     "save_checkpoint": ("nbtrain.runtime.checkpoint", "save_checkpoint"),
 }

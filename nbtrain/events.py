@@ -80,6 +80,7 @@ class EventKind(str, enum.Enum):
     NOTICE = "notice"  # message                           (one-time information for the user)
     RESULT = "result"  # pickle_b64                        (rank 0's result when no shared disk exists)
     PARAMS = "params"  # values{name: str}, project         (Accelerator.init_trackers' config, from rank 0)
+    DATASET = "dataset"  # name, version, url, datasets[str]  (nbtrain.dataset_path resolved a dataset)
 
 
 #: Kinds only nbtrain itself reports (the supervisor, the Kubernetes mirror), never a rank: a pod's output

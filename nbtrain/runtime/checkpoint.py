@@ -15,6 +15,10 @@ whose files do not match its manifest (a flipped bit, a truncated file) is skipp
 favour of the previous complete one. The last ``NBTRAIN_KEEP_CHECKPOINTS`` (default 3) are kept;
 the one ``latest`` names is never deleted.
 
+The root may also be an fsspec URL (``--checkpoint-dir s3://bucket/prefix``): the same layout and
+guarantees, through :mod:`nbtrain.runtime.objstore` (staging prefix, manifest with checksums written
+after the files, ``latest`` written last). A ``file://`` URL is a local directory.
+
 Fault injection for tests (documented, off by default): ``NBTRAIN_FAULT_INJECT=checkpoint:<point>:<step>``
 with point ``before-files``, ``mid-files`` or ``before-latest`` kills rank 0 with SIGKILL there.
 """
@@ -27,9 +31,11 @@ import os
 import shutil
 import signal
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 from nbtrain.events import EventKind
 from nbtrain.runtime import context
@@ -44,15 +50,36 @@ MANIFEST = "manifest.json"
 LATEST = "latest"
 
 
-def checkpoint_root() -> Path:
-    """This run's checkpoint root; a clear error when the backend did not provide one."""
+def _remote(root: str) -> bool:
+    """True for an fsspec URL other than file:// (stdlib-only twin of nbtrain.storage.uris.is_remote)."""
+    scheme = root.split("://", 1)[0].lower() if "://" in root else ""
+    return scheme not in ("", "file", "local")
+
+
+def _local(root: str) -> Path:
+    return Path(unquote(urlsplit(root).path)) if "://" in root else Path(root)
+
+
+def _root_text() -> str:
     root = os.environ.get(ENV_CHECKPOINT_DIR)
     if not root:
         raise RuntimeError(
             f"nbtrain.save_checkpoint needs a checkpoint directory but {ENV_CHECKPOINT_DIR} is not set: run the "
             "cell with %%distributed (or pass --checkpoint-dir) instead of running this code directly."
         )
-    return Path(root)
+    return root
+
+
+def checkpoint_root() -> Path:
+    """This run's checkpoint root as a local path; a clear error when the backend did not provide one.
+
+    For a remote root (``s3://…``) there is no local path: use ``os.environ["NBTRAIN_CHECKPOINT_DIR"]``.
+    """
+    root = _root_text()
+    if _remote(root):
+        raise RuntimeError(f"{ENV_CHECKPOINT_DIR}={root} is remote storage, not a local directory; "
+                           "read the URL from the environment and open it with fsspec.")
+    return _local(root)
 
 
 def _name(step: int) -> str:
@@ -92,15 +119,17 @@ def _barrier(accelerator: Any) -> None:
     accelerator.wait_for_everyone()
 
 
-def save_checkpoint(accelerator: Any, step: int, **extra: Any) -> Path | None:
+def save_checkpoint(accelerator: Any, step: int, **extra: Any) -> Path | str | None:
     """Save the full training state (Accelerate ``save_state``) as the checkpoint of ``step``. Call on EVERY rank.
 
     ``extra`` (JSON-serialisable) is stored in the manifest and returned by :func:`restore_info`.
-    Returns the committed directory on rank 0, None on other ranks.
+    Returns the committed directory on rank 0 (its URL for a remote root), None on other ranks.
     """
     ctx = context.current()
     rank = int(getattr(accelerator, "process_index", 0))
     attempt = ctx.attempt if ctx else 0
+    if _remote(_root_text()):
+        return _save_remote(accelerator, step, rank, attempt, extra)
     root = checkpoint_root()
     staging = root / f".staging-{step:09d}-a{attempt}"
     if rank == 0:
@@ -139,6 +168,20 @@ def save_checkpoint(accelerator: Any, step: int, **extra: Any) -> Path | None:
             ctx.emit(EventKind.CHECKPOINT, step=int(step), path=str(final), bytes=size, files=len(files))
     _barrier(accelerator)
     return final if rank == 0 else None
+
+
+def _save_remote(accelerator: Any, step: int, rank: int, attempt: int, extra: dict[str, Any]) -> str | None:
+    from nbtrain.runtime import objstore
+
+    url = _root_text()
+    done = objstore.save(accelerator, step, url, rank=rank, attempt=attempt, extra=extra,
+                         keep=int(os.environ.get(ENV_KEEP, "3") or 3), barrier=lambda: _barrier(accelerator),
+                         fault=lambda point: _fault(point, step, rank))
+    ctx = context.current()
+    if done is not None and ctx is not None:
+        final, size, count = done
+        ctx.emit(EventKind.CHECKPOINT, step=int(step), path=final, bytes=size, files=count)
+    return done[0] if done is not None else None
 
 
 def _steps(root: Path) -> list[int]:
@@ -204,23 +247,53 @@ def restore(accelerator: Any) -> int:
     Returns the step to start from: the saved step + 1, or 0 when there is no checkpoint. Corrupted
     checkpoints are skipped with a warning (stderr and a notice event) in favour of older ones.
     """
-    ctx = context.current()
     rank = int(getattr(accelerator, "process_index", 0))
     sources = [os.environ.get(ENV_RESUME_FROM), os.environ.get(ENV_CHECKPOINT_DIR)]
     for source in dict.fromkeys(s for s in sources if s):
-        for directory in committed_checkpoints(Path(source)):
-            ok, why = verify_checkpoint(directory)
-            if not ok:
-                message = f"checkpoint {directory} is corrupted ({why}); trying the previous one"
-                sys.stderr.write(f"[nbtrain] rank {rank}: {message}\n")
-                if ctx is not None and rank == 0:
-                    ctx.emit(EventKind.NOTICE, message=message)
-                continue
-            accelerator.load_state(str(directory))
-            manifest = json.loads((directory / MANIFEST).read_text(encoding="utf-8"))
-            step = int(manifest["step"])
-            if ctx is not None and rank == 0:
-                ctx.emit(EventKind.NOTICE, message=f"attempt {ctx.attempt} resumed from the checkpoint of step {step} "
-                                                  f"({directory})")
+        if _remote(source):
+            step = _restore_remote(accelerator, source, rank)
+        else:
+            step = _restore_from(accelerator, [(d, None) for d in committed_checkpoints(_local(source))], rank)
+        if step is not None:
             return step + 1
     return 0
+
+
+def _restore_remote(accelerator: Any, url: str, rank: int) -> int | None:
+    from nbtrain.runtime import objstore
+
+    for candidate, download in objstore.restore_candidates(url):
+        local = Path(tempfile.mkdtemp(prefix=f"nbtrain-restore-r{rank}-"))
+        try:
+            download(local)
+            step = _restore_from(accelerator, [(local, candidate)], rank)
+        finally:
+            shutil.rmtree(local, ignore_errors=True)
+        if step is not None:
+            return step
+    return None
+
+
+def _restore_from(accelerator: Any, candidates: list[tuple[Path, str | None]], rank: int) -> int | None:
+    """Load the first candidate whose files match its manifest; its step, or None when none does.
+
+    Each candidate is ``(local directory, the URL it was downloaded from or None)``.
+    """
+    ctx = context.current()
+    for directory, origin in candidates:
+        shown = origin or str(directory)
+        ok, why = verify_checkpoint(directory)
+        if not ok:
+            message = f"checkpoint {shown} is corrupted ({why}); trying the previous one"
+            sys.stderr.write(f"[nbtrain] rank {rank}: {message}\n")
+            if ctx is not None and rank == 0:
+                ctx.emit(EventKind.NOTICE, message=message)
+            continue
+        accelerator.load_state(str(directory))
+        manifest = json.loads((directory / MANIFEST).read_text(encoding="utf-8"))
+        step = int(manifest["step"])
+        if ctx is not None and rank == 0:
+            ctx.emit(EventKind.NOTICE, message=f"attempt {ctx.attempt} resumed from the checkpoint of step {step} "
+                                              f"({shown})")
+        return step
+    return None

@@ -23,9 +23,16 @@ RUNTIME_MODULES = (
     "nbtrain/runtime/context.py",
     "nbtrain/runtime/hooks.py",
     "nbtrain/runtime/metrics.py",
+    "nbtrain/runtime/objstore.py",
     "nbtrain/runtime/progress.py",
     "nbtrain/runtime/watchdog.py",
     "nbtrain/runtime/worker.py",
+    # nbtrain.resolve / nbtrain.dataset_path in training code (stdlib only)
+    "nbtrain/secrets.py",
+    "nbtrain/storage/__init__.py",
+    "nbtrain/storage/api.py",
+    "nbtrain/storage/config.py",
+    "nbtrain/storage/uris.py",
 )
 
 

@@ -22,6 +22,7 @@ from nbtrain.spec import JobSpec
 
 __all__ = [
     "DEFAULT_EXPERIMENT",
+    "dataset_tags",
     "experiment_name",
     "failure_text",
     "git_commit",
@@ -222,6 +223,22 @@ def worker_tags(env: Mapping[str, Any]) -> dict[str, str]:
     """Tags from rank 0's ENV event: what the workers actually ran (``nbtrain.worker.torch``, ...)."""
     keys = ("python", "torch", "accelerate", "device", "gpu_name", "host")
     return {f"nbtrain.worker.{k}": _clip(str(env[k]), MAX_TAG_VALUE) for k in keys if env.get(k) not in (None, "")}
+
+
+def dataset_tags(data: Mapping[str, Any]) -> dict[str, str]:
+    """Tags from a ``dataset`` event (the datasets the run's code resolved through ``dataset://``).
+
+    ``nbtrain.dataset``/``nbtrain.dataset_version``: the first dataset resolved (version left out when it
+    has none); ``nbtrain.datasets``: every one so far, ``name@version`` joined by ``,``.
+    """
+    names = [str(d) for d in data.get("datasets") or () if str(d)]
+    if not names:
+        return {}
+    first, _, version = names[0].partition("@")
+    tags = {"nbtrain.dataset": first, "nbtrain.datasets": ",".join(names)}
+    if version:
+        tags["nbtrain.dataset_version"] = version
+    return {key: _clip(value, MAX_TAG_VALUE) for key, value in tags.items()}
 
 
 def git_commit(notebook: Mapping[str, Any], *, cwd: Path | None = None, timeout_s: float = 2.0) -> str | None:

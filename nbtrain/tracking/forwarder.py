@@ -36,7 +36,7 @@ from nbtrain.events import Event, EventKind
 from nbtrain.model import Batch, RunSnapshot, RunState
 from nbtrain.secrets import redact_url
 from nbtrain.tracking.artifacts import new_run_params, new_run_tags, upload_artifacts
-from nbtrain.tracking.describe import config_params, experiment_name, mlflow_key, worker_tags
+from nbtrain.tracking.describe import config_params, dataset_tags, experiment_name, mlflow_key, worker_tags
 from nbtrain.tracking.ledger import Entry, Ledger, Pending, Point, stream_key
 from nbtrain.tracking.links import LEDGER_NAME, LOCK_NAME
 
@@ -410,6 +410,8 @@ class TrackingForwarder:
                         continue
             elif event.kind is EventKind.ENV and event.rank == 0:
                 entry.tags = worker_tags(event.data)
+            elif event.kind is EventKind.DATASET and event.rank == 0:
+                entry.tags = dataset_tags(event.data)
             elif event.kind is EventKind.PARAMS and event.rank == 0:
                 self._params.update(config_params(event.data.get("values") or {}))
             self._pending.add(entry)

@@ -108,3 +108,10 @@ def test_run_failed_error_carries_the_failure() -> None:
     error = errors.RunFailedError("rank 3 failed: ValueError: boom", failure)
     assert error.failure is failure
     assert str(error) == "rank 3 failed: ValueError: boom"
+
+
+def test_storage_functions_from_the_package_are_the_runtime_api() -> None:
+    from nbtrain.storage import api
+
+    assert nbtrain.resolve is api.resolve
+    assert nbtrain.dataset_path is api.dataset_path

@@ -40,6 +40,7 @@ from nbtrain.runtime import context as rt
 from nbtrain.runtime import watchdog
 from nbtrain.runtime.progress import ENV_STALL_S
 from nbtrain.spec import Device, JobSpec, Strategy
+from nbtrain.storage.checkpoints import run_checkpoint_root
 from nbtrain.store import Store, private_dir, read_json, write_json_atomic
 
 __all__ = ["LocalBackend"]
@@ -82,11 +83,11 @@ class LocalBackend(StoreBackedBackend):
         return self._gpus
 
     # -- plan (pure) ------------------------------------------------------------------------------
-    def checkpoint_root(self, spec: JobSpec, run_id: str) -> Path:
-        """Where this run's checkpoints live: ``--checkpoint-dir``/<run id>, else inside the run's directory."""
-        if spec.checkpoint_dir:
-            return Path(spec.checkpoint_dir).expanduser().resolve() / run_id
-        return self.store.run_dir(run_id) / "checkpoints"
+    def checkpoint_root(self, spec: JobSpec, run_id: str) -> str:
+        """Where this run's checkpoints live: ``--checkpoint-dir``/<run id>, else inside the run's directory.
+
+        A URL (``s3://…``) stays a URL: see :func:`nbtrain.storage.checkpoints.run_checkpoint_root`."""
+        return run_checkpoint_root(spec.checkpoint_dir, run_id, default=self.store.run_dir(run_id) / "checkpoints")
 
     def _plan(self, spec: JobSpec, bundle_dir: str, bundle_digest: str, run_id: str, *, attempt: int = 0,
               restart_budget: int | None = None) -> Plan:
@@ -169,7 +170,7 @@ class LocalBackend(StoreBackedBackend):
                 rt.ENV_NODE_RANK: str(node),
                 rt.ENV_COLLECTIVE_TIMEOUT: str(spec.collective_timeout_s),
                 ENV_STALL_S: str(effective_stall_after(spec.stall_after_s, spec.hang_timeout_s)),
-                "NBTRAIN_CHECKPOINT_DIR": str(self.checkpoint_root(spec, run_id)),
+                "NBTRAIN_CHECKPOINT_DIR": self.checkpoint_root(spec, run_id),
                 "NBTRAIN_KEEP_CHECKPOINTS": str(spec.keep_checkpoints),
                 "PYTHONUNBUFFERED": "1",
             }

@@ -44,6 +44,7 @@ from nbtrain.model import Failure, RunState, RunStatus
 from nbtrain.runtime import context as rt
 from nbtrain.runtime.progress import ENV_STALL_S
 from nbtrain.spec import Device, JobSpec
+from nbtrain.storage.checkpoints import run_checkpoint_root
 from nbtrain.store import Store, read_json, write_json_atomic
 
 __all__ = ["SlurmBackend", "job_leftovers"]
@@ -95,11 +96,11 @@ class SlurmBackend(StoreBackedBackend):
         super().__init__(store)
         self.python = python or os.environ.get("NBTRAIN_PYTHON") or sys.executable
 
-    def checkpoint_root(self, spec: JobSpec, run_id: str) -> Path:
-        """``--checkpoint-dir``/<run id> (on a filesystem every node shares), else inside the run's directory."""
-        if spec.checkpoint_dir:
-            return Path(spec.checkpoint_dir).expanduser().resolve() / run_id
-        return self.store.run_dir(run_id) / "checkpoints"
+    def checkpoint_root(self, spec: JobSpec, run_id: str) -> str:
+        """``--checkpoint-dir``/<run id> (on a filesystem every node shares), else inside the run's directory.
+
+        A URL (``s3://…``) stays a URL: see :func:`nbtrain.storage.checkpoints.run_checkpoint_root`."""
+        return run_checkpoint_root(spec.checkpoint_dir, run_id, default=self.store.run_dir(run_id) / "checkpoints")
 
     # -- plan -------------------------------------------------------------------------------------
     def _plan(self, spec: JobSpec, bundle_dir: str, bundle_digest: str, run_id: str, *, attempt: int = 0,
@@ -144,7 +145,7 @@ class SlurmBackend(StoreBackedBackend):
             rt.ENV_RESULT_PATH: str(attempt_dir / "result.pkl"),
             rt.ENV_COLLECTIVE_TIMEOUT: str(spec.collective_timeout_s),
             ENV_STALL_S: str(effective_stall_after(spec.stall_after_s, spec.hang_timeout_s)),
-            "NBTRAIN_CHECKPOINT_DIR": str(self.checkpoint_root(spec, run_id)),
+            "NBTRAIN_CHECKPOINT_DIR": self.checkpoint_root(spec, run_id),
             "NBTRAIN_KEEP_CHECKPOINTS": str(spec.keep_checkpoints),
             "PYTHONUNBUFFERED": "1",
         }
