@@ -70,7 +70,7 @@ class EventKind(str, enum.Enum):
 
     STATE = "state"  # state, reason                     (supervisor: the run's lifecycle)
     RANK_START = "rank_start"  # node, local_rank, pid, host (a worker began; before user code)
-    ENV = "env"  # host, python, torch, accelerate, device, gpu_name (a worker's environment)
+    ENV = "env"  # host, python, torch, accelerate, device, gpu_name, cuda, nccl, driver; packages on local rank 0
     METRIC = "metric"  # step, values{name: float}, total   (Accelerator.log / nbtrain.log)
     HEARTBEAT = "heartbeat"  # step                        (a worker is alive)
     CHECKPOINT = "checkpoint"  # step, path                  (a complete checkpoint exists)

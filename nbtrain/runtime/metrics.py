@@ -1,16 +1,37 @@
-"""Worker-side metric reporting: ``nbtrain.log`` and the hook on ``Accelerator.log`` (stdlib only)."""
+"""Worker-side metric reporting: ``nbtrain.log`` and the hook on ``Accelerator.log`` (stdlib only).
+
+Step budget (``NBTRAIN_MAX_STEPS=N``, off when unset or 0): a rank that has reported metrics at N distinct
+steps in this attempt ends its training code there, successfully (SystemExit(0) out of the N-th report, so
+the rank exits 0 and the run succeeds). ``nbtrain validate`` uses it to run a job "for N steps". Every rank
+counts its own reports: jobs that report on every rank (``accelerator.log`` does, through nbtrain's hook)
+stop in step; code that reports from rank 0 alone would leave the other ranks waiting in their next
+collective.
+"""
 
 from __future__ import annotations
 
 import numbers
+import os
 from collections.abc import Mapping
 from typing import Any
 
 from nbtrain.events import EventKind
 from nbtrain.runtime import context, progress
 
+ENV_MAX_STEPS = "NBTRAIN_MAX_STEPS"
+
 _warned_outside = False
 _skipped_keys: set[str] = set()
+_steps_counted = 0
+_last_counted: int | None = None
+
+
+class StepBudgetReached(SystemExit):
+    """Raised out of the N-th step's report when NBTRAIN_MAX_STEPS=N: ends the rank's code with exit code 0."""
+
+    def __init__(self, steps: int) -> None:
+        super().__init__(0)
+        self.steps = steps
 
 
 def log(step: int | None = None, total: int | None = None, **values: Any) -> None:
@@ -32,7 +53,7 @@ def log(step: int | None = None, total: int | None = None, **values: Any) -> Non
 
 
 def record(values: Mapping[str, Any], step: int | None, total: int | None = None) -> None:
-    """Turn ``values`` into one METRIC event of this rank (numbers only). Never raises."""
+    """Turn ``values`` into one METRIC event of this rank (numbers only). Raises only StepBudgetReached."""
     ctx = context.current()
     if ctx is None:
         return
@@ -56,6 +77,25 @@ def record(values: Mapping[str, Any], step: int | None, total: int | None = None
     if total is not None:
         data["total"] = int(total)
     ctx.emit(EventKind.METRIC, **data)
+    _count_step(ctx, int(step))
+
+
+def _count_step(ctx: context.WorkerContext, step: int) -> None:
+    """Count ``step`` towards NBTRAIN_MAX_STEPS; raise StepBudgetReached at the budget (see module docstring)."""
+    global _steps_counted, _last_counted
+    if step == _last_counted:
+        return
+    _last_counted = step
+    _steps_counted += 1
+    try:
+        budget = int(os.environ.get(ENV_MAX_STEPS, "0") or 0)
+    except ValueError:
+        budget = 0
+    if budget > 0 and _steps_counted >= budget:
+        if ctx.rank == 0:
+            ctx.emit(EventKind.NOTICE, message=f"stopped after {budget} step(s) ({ENV_MAX_STEPS}={budget}), "
+                                               f"at step {step}")
+        raise StepBudgetReached(budget)
 
 
 def _as_float(value: Any) -> float | None:

@@ -1,0 +1,1 @@
+"""``nbtrain validate``: the pre-production ladder (ladder.py: decisions; runner.py: the runs)."""

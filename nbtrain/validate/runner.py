@@ -1,0 +1,296 @@
+"""Run the ladder of :mod:`nbtrain.validate.ladder` on a job directory (the I/O: processes, gangs, files).
+
+Every run is a real local gang on CPU (the platform's launcher, accelerate, gloo) bounded by the step budget
+``NBTRAIN_MAX_STEPS`` (see :mod:`nbtrain.runtime.metrics`) and a wall-clock timeout; its failure report
+(``run.failure``) names the rank and the reason of a failed rung.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from nbtrain.errors import BackendError, EnvironmentProblem, NbtrainError, SpecError
+from nbtrain.spec import JobSpec
+from nbtrain.validate.ladder import LADDER, Blame, Outcome, Rung, blame_of_failure, skip_reason
+
+__all__ = ["PLACEHOLDER_IMAGE", "Settings", "absolute_paths", "local_spec", "validate_job"]
+
+ENV_MAX_STEPS = "NBTRAIN_MAX_STEPS"  # nbtrain.runtime.metrics.ENV_MAX_STEPS (runtime/ is not imported here)
+#: The image the manifests are rendered with when the job names none (only their shape is checked then).
+PLACEHOLDER_IMAGE = "registry.invalid/nbtrain-validate:placeholder"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The budget: ``steps`` per run, ``procs`` of the distributed rung, ``timeout_s`` per run."""
+
+    steps: int = 10
+    procs: int = 2
+    timeout_s: float = 300.0
+
+
+@dataclass
+class _State:
+    directory: Path
+    settings: Settings
+    job: Any = None
+    spec: JobSpec | None = None
+    distributed: Any = None  # the Run of the distributed rung (checkpoint and resume use it)
+    checkpoint: dict[str, Any] = field(default_factory=dict)
+    runs: list[str] = field(default_factory=list)
+
+
+def local_spec(spec: JobSpec, procs: int, steps: int, timeout_s: float) -> JobSpec:
+    """``spec`` as a small local CPU gang (1 node x ``procs``) stopped after ``steps`` steps (pure).
+
+    Options the local backend does not honour (Kubernetes, Slurm) go back to their defaults: validation
+    runs the job's code, not its cluster placement. No restarts, no MLflow, no warm gang.
+    """
+    from nbtrain.flags.table import OPTIONS
+
+    changes: dict[str, Any] = {}
+    for option in OPTIONS:
+        if option.field and option.backends is not None and "local" not in option.backends:
+            changes[option.field] = option.default
+    changes.update(backend="local", nodes=1, procs_per_node=procs, device="cpu", max_restarts=0, tracking=False,
+                   warm=False, timeout_s=timeout_s, env={**spec.env, ENV_MAX_STEPS: str(steps)})
+    return spec.with_changes(**changes)
+
+
+def absolute_paths(values: Mapping[str, str]) -> dict[str, str]:
+    """The values of ``values`` that are absolute paths (``/data/x``, ``file:///data/x``): NAME -> path (pure)."""
+    found = {}
+    for name, value in values.items():
+        text = str(value)
+        if text.startswith("file://"):
+            text = text[len("file://"):]
+        if text.startswith("/") and "\n" not in text:
+            found[name] = text
+    return found
+
+
+def validate_job(directory: Path, settings: Settings, *, report: Callable[[Outcome], None] | None = None) -> list[Outcome]:
+    """Run every rung of the ladder on the job directory ``directory``; ``report`` sees each outcome as it comes."""
+    state = _State(Path(directory), settings)
+    done: dict[Rung, Outcome] = {}
+    for rung in LADDER:
+        started = time.monotonic()
+        reason = skip_reason(rung, done)
+        if reason is not None:
+            outcome = Outcome.skipped(rung, reason)
+        else:
+            try:
+                outcome = _RUNGS[rung](state)
+            except SpecError as error:
+                outcome = Outcome.failed(rung, str(error), Blame.JOB)
+            except (EnvironmentProblem, BackendError, OSError) as error:
+                outcome = Outcome.failed(rung, f"{type(error).__name__}: {error}", Blame.PLATFORM)
+            except NbtrainError as error:
+                outcome = Outcome.failed(rung, str(error), Blame.JOB)
+            outcome = Outcome(outcome.rung, outcome.status, outcome.message, outcome.blame,
+                              time.monotonic() - started, outcome.output)
+        done[rung] = outcome
+        if report is not None:
+            report(outcome)
+    return list(done.values())
+
+
+# ------------------------------------------------------------------------------------------------ rungs
+
+
+def _config(state: _State) -> Outcome:
+    from nbtrain.export.jobdir import load_job
+    from nbtrain.flags.support import unsupported_options
+
+    state.job = load_job(state.directory)
+    spec = state.job.with_parameters(state.job.spec, {})
+    problems = unsupported_options(spec, spec.backend)
+    if problems:
+        return Outcome.failed(Rung.CONFIG, f"nbtrain.toml: {problems[0]}", Blame.JOB)
+    state.spec = spec
+    notes = [f"{spec.nodes} node(s) x {spec.procs_per_node} process(es) on {spec.backend}"]
+    notes.append(_manifests(spec, state.job.bundle))
+    return Outcome.passed(Rung.CONFIG, "; ".join(notes))
+
+
+def _manifests(spec: JobSpec, bundle: Any) -> str:
+    """Render (and schema-check, with kubernetes-validate installed) the job's Kubernetes manifests.
+
+    Raises SpecError for manifests the backend refuses; a missing kubernetes backend fails only a job that uses it.
+    """
+    from nbtrain.export.manifests import manifest_yaml
+
+    image = spec.image or os.environ.get("NBTRAIN_K8S_IMAGE") or ""
+    if not image and spec.backend == "kubernetes":
+        raise SpecError("--image: a kubernetes job needs a container image; set [job] image in nbtrain.toml.")
+    k8s_spec = spec.with_changes(image=image or PLACEHOLDER_IMAGE)
+    try:
+        text = manifest_yaml(k8s_spec, bundle)
+    except SpecError as error:
+        if "not available in this installation" in str(error):
+            if spec.backend == "kubernetes":
+                raise EnvironmentProblem(str(error)) from None
+            return f"kubernetes manifests not checked ({error})"
+        raise SpecError(f"kubernetes manifests: {error}") from None
+    import yaml
+
+    documents = [d for d in yaml.safe_load_all(text) if d]
+    checked = _schema_check(documents)
+    shown = " with a placeholder image" if not image else ""
+    return f"{len(documents)} kubernetes object(s) ({k8s_spec.flavor}){shown}{checked}"
+
+
+def _schema_check(documents: list[dict[str, Any]]) -> str:
+    try:
+        import kubernetes_validate
+    except ImportError:
+        return " (kubernetes-validate not installed: schemas not checked)"
+    for document in documents:
+        try:
+            kubernetes_validate.validate(document, kubernetes_validate.latest_version(), strict=True)
+        except Exception as error:  # noqa: BLE001 - its ValidationError and version errors alike
+            kind = f"{document.get('kind')}/{(document.get('metadata') or {}).get('name')}"
+            raise SpecError(f"kubernetes manifests: {kind} does not validate: {error}") from None
+    return ", schemas valid"
+
+
+def _imports(state: _State) -> Outcome:
+    from nbtrain.validate.imports import blame_of_imports, check_imports
+
+    source = (state.directory / "train.py").read_text(encoding="utf-8")
+    results = check_imports(source, cwd=str(state.directory), timeout_s=state.settings.timeout_s)
+    errors = {module: error for module, error in results.items() if error}
+    if not errors:
+        return Outcome.passed(Rung.IMPORTS, f"{len(results)} module(s) import")
+    requirements_file = state.directory / "requirements.txt"
+    requirements = requirements_file.read_text(encoding="utf-8").splitlines() if requirements_file.is_file() else []
+    blame, message = blame_of_imports(errors, [r for r in requirements if r and not r.startswith("#")])
+    return Outcome.failed(Rung.IMPORTS, message, blame)
+
+
+def _paths(state: _State) -> Outcome:
+    assert state.spec is not None
+    spec = state.spec
+    notes = []
+    for name, path in absolute_paths(dict(spec.env)).items():
+        if not os.path.exists(path):
+            return Outcome.failed(Rung.PATHS, f"--env {name}={path}: no such file or directory on this machine; "
+                                  "mount it here or point the variable at a path this machine has", Blame.JOB)
+        if not os.access(path, os.R_OK):
+            return Outcome.failed(Rung.PATHS, f"--env {name}={path}: not readable by this user; fix its "
+                                  "permissions", Blame.JOB)
+        notes.append(f"{name} readable")
+    from nbtrain.store import Store
+
+    configured = spec.checkpoint_dir is not None
+    store = Store()
+    root = Path(spec.checkpoint_dir).expanduser() if spec.checkpoint_dir else store.root / "runs"
+    try:
+        if configured:
+            root.mkdir(parents=True, exist_ok=True)
+        else:
+            store.ensure_writable()  # creates the store private (0700), as a first run would
+        with tempfile.NamedTemporaryFile(dir=root, prefix=".nbtrain-validate-"):
+            pass
+    except OSError as error:
+        what = f"--checkpoint-dir {root}" if configured else f"the run store {root}"
+        return Outcome.failed(Rung.PATHS, f"{what} is not writable ({error.strerror}); fix its permissions or "
+                              "choose another directory", Blame.JOB if configured else Blame.PLATFORM)
+    notes.append(f"checkpoints writable under {root}")
+    return Outcome.passed(Rung.PATHS, "; ".join(notes))
+
+
+def _gang(state: _State, rung: Rung, procs: int) -> tuple[Outcome, Any]:
+    """Submit the job as a 1 x ``procs`` local gang for the step budget; wait; the outcome and the Run."""
+    from nbtrain import client
+
+    assert state.spec is not None and state.job is not None
+    settings = state.settings
+    spec = local_spec(state.spec, procs, settings.steps, settings.timeout_s)
+    run = client.submit_bundle(state.job.bundle, spec, notebook={"job_dir": str(state.directory.resolve()),
+                                                                  "validate": rung.value})
+    state.runs.append(run.id)
+    return _finished(rung, run, settings), run
+
+
+def _finished(rung: Rung, run: Any, settings: Settings) -> Outcome:
+    try:
+        state = run.wait(timeout=settings.timeout_s + 60, raise_on_failure=False, progress=False)
+    except TimeoutError:
+        run.cancel()
+        return Outcome.failed(rung, f"run {run.id} did not end within {settings.timeout_s:.0f} s; its steps are "
+                              f"too slow for the budget or it reports none (accelerator.log / nbtrain.log)", Blame.JOB)
+    if state.value == "succeeded":
+        steps = _steps(run, run.record.attempts[-1]["attempt"] if run.record.attempts else 0)
+        what = f"{len(steps)} step(s) reported" if steps else "no steps reported: the job ran to its end"
+        return Outcome.passed(rung, f"run {run.id}: {what}")
+    failure = run.failure
+    if state.value == "cancelled":
+        return Outcome.failed(rung, f"run {run.id} was cancelled", Blame.PLATFORM)
+    summary = failure.summary() if failure is not None else "no failure report"
+    output = (failure.traceback or "\n".join(failure.last_lines)) if failure is not None else ""
+    return Outcome.failed(rung, f"run {run.id}: {summary}", blame_of_failure(failure), output=output or "")
+
+
+def _steps(run: Any, attempt: int) -> list[int]:
+    """The steps rank 0 reported in ``attempt`` of ``run``, in order."""
+    return [int(e.data["step"]) for e in run.events()
+            if e.kind.value == "metric" and e.rank == 0 and e.attempt == attempt]
+
+
+def _single(state: _State) -> Outcome:
+    return _gang(state, Rung.SINGLE, 1)[0]
+
+
+def _distributed(state: _State) -> Outcome:
+    outcome, run = _gang(state, Rung.DISTRIBUTED, state.settings.procs)
+    state.distributed = run
+    return outcome
+
+
+def _checkpoint(state: _State) -> Outcome:
+    from nbtrain.validate.checkpoints import load_checkpoint_files
+
+    run = state.distributed
+    saved = run.checkpoints()
+    if not saved:
+        return Outcome.skipped(Rung.CHECKPOINT, f"the job saved no checkpoint within {state.settings.steps} steps "
+                               "(nbtrain.save_checkpoint(accelerator, step)); raise --steps if it saves less often")
+    latest = saved[-1]
+    loaded = load_checkpoint_files(Path(str(latest["path"])))
+    state.checkpoint = dict(latest)
+    return Outcome.passed(Rung.CHECKPOINT, f"step {latest['step']} ({latest['path']}): {loaded}")
+
+
+def _resume(state: _State) -> Outcome:
+    run = state.distributed
+    step = int(state.checkpoint["step"])
+    run.resume()
+    attempt = int(run.record.attempts[-1]["attempt"])
+    outcome = _finished(Rung.RESUME, run, state.settings)
+    if outcome.status.value != "passed":
+        return outcome
+    resumed = [e for e in run.events() if e.kind.value == "notice" and e.attempt == attempt
+               and "resumed from the checkpoint" in str(e.data.get("message", ""))]
+    if not resumed:
+        return Outcome.failed(Rung.RESUME, f"run {run.id} attempt {attempt} ended without restoring the checkpoint of "
+                              f"step {step}: call start = nbtrain.restore(accelerator) before the training loop",
+                              Blame.JOB)
+    steps = _steps(run, attempt)
+    if steps and steps[0] <= step:
+        return Outcome.failed(Rung.RESUME, f"run {run.id} attempt {attempt} restored step {step} but reported step "
+                              f"{steps[0]} next: start the loop at the step nbtrain.restore returns", Blame.JOB)
+    after = f", continued at step {steps[0]}" if steps else ""
+    return Outcome.passed(Rung.RESUME, f"run {run.id} attempt {attempt} resumed from step {step}{after}")
+
+
+_RUNGS: dict[Rung, Callable[[_State], Outcome]] = {
+    Rung.CONFIG: _config, Rung.IMPORTS: _imports, Rung.PATHS: _paths, Rung.SINGLE: _single,
+    Rung.DISTRIBUTED: _distributed, Rung.CHECKPOINT: _checkpoint, Rung.RESUME: _resume,
+}
