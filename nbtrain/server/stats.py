@@ -40,7 +40,6 @@ class StatsHandler(BaseHandler):
         except Exception as error:  # noqa: BLE001 - becomes a JSON error
             return self.write_error_json(error)
         if output == "prometheus":
-            self.set_header("Content-Type", CONTENT_TYPE)
-            self.finish(to_prometheus(stats, sources))
+            self.finish(to_prometheus(stats, sources), set_content_type=CONTENT_TYPE)  # APIHandler's way
         else:
             self.write_json(to_json(stats, sources))
