@@ -195,6 +195,7 @@ def _watch(kernel_code: str, attempt_dir: Path, args: argparse.Namespace, second
                                    str(args.ranks), str(args.lines_per_s), str(args.points_per_s), str(writers), procs])
     time.sleep(0.5)
     kc.execute(kernel_code)
+    spy = _py_spy(pid, args.py_spy, seconds) if getattr(args, "py_spy", None) else None
     cpu0, rss0 = _proc_stats(pid)
     t0 = time.monotonic()
     peak_rss = rss0
@@ -217,10 +218,36 @@ def _watch(kernel_code: str, attempt_dir: Path, args: argparse.Namespace, second
     elapsed = time.monotonic() - t0
     cpu1, _ = _proc_stats(pid)
     supervisor.wait(timeout=120)
+    if spy is not None:
+        spy.wait(timeout=60)
+        _print_profile(Path(args.py_spy))
     writing = float((attempt_dir / "writing_s").read_text()) if (attempt_dir / "writing_s").exists() else seconds
     return {"seconds": elapsed, "msgs_per_s": front.msgs / elapsed, "bytes_per_s": front.bytes / elapsed,
             "cpu_share": (cpu1 - cpu0) / elapsed, "rss_growth_mb": (peak_rss - rss0) / 1e6, "writing_s": writing,
             "rss_curve": samples}
+
+
+def _py_spy(pid: int, out: str, seconds: float) -> subprocess.Popen[bytes]:
+    """Sample the kernel's threads (py-spy, 50 Hz, without pausing it) while the gang writes, into ``out``."""
+    return subprocess.Popen(["py-spy", "record", "-p", str(pid), "-d", str(max(1, int(seconds) - 1)), "-r", "50",
+                             "-f", "raw", "--nonblocking", "-o", out], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def _print_profile(path: Path, top: int = 12) -> None:
+    """The functions the kernel was seen in most (py-spy's raw format: ``frame;frame;... count`` per stack)."""
+    if not path.exists():
+        print(f"  py-spy wrote no profile to {path} (is py-spy installed, may it ptrace the kernel?)")
+        return
+    own: dict[str, int] = {}
+    total = 0
+    for line in path.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        total += int(count)
+        frame = stack.rsplit(";", 1)[-1]
+        own[frame] = own.get(frame, 0) + int(count)
+    print(f"  py-spy: {total} samples of busy kernel threads; where they were (own time):")
+    for frame, count in sorted(own.items(), key=lambda item: -item[1])[:top]:
+        print(f"    {count / max(total, 1) * 100:5.1f}%  {frame}")
 
 
 def _drain(kc: Any, front: FrontEnd, quiet_s: float = 1.0) -> None:
@@ -285,6 +312,8 @@ def _measure(args: argparse.Namespace, seconds: float) -> tuple[dict[str, Any], 
         _drain(kc, front)
         got, charted = _kernel_value(kc, "(lambda m: " + KERNEL_REPORT.format(ranks=args.ranks) + ")(run.monitor()._model)",
                                      front)
+        held = _kernel_value(kc, "sum(len(b.data) for r in run.monitor()._model.logs.rings.values() for b in r.blocks)",
+                             front)
         lines_each, points_each = int(seconds * (args.lines_per_s / args.ranks)), int(seconds * (args.points_per_s / args.ranks))
         counted = sum(v[0] for v in got.values())
         wrong_count = sum(1 for v in got.values() if v[0] != lines_each)
@@ -303,7 +332,7 @@ def _measure(args: argparse.Namespace, seconds: float) -> tuple[dict[str, Any], 
         print(f"  written: {lines_each * args.ranks:,} lines ({on_disk:,} on disk) in {stats['writing_s']:.1f} s "
               f"({rate:,.0f} lines/s achieved), {points_each * args.ranks:,} points")
         print(f"  kernel: {counted:,} lines counted by the monitor ({wrong_count} ranks off, {wrong_newest} with a wrong "
-              f"newest line), {folded:,} points folded ({wrong_points} ranks off)")
+              f"newest line), {folded:,} points folded ({wrong_points} ranks off); its rings hold {held / 1e6:.1f} MB of lines")
         print(f"  front end: {front.batches} batches ({front.seq_gaps} missed), {front.lines:,} lines shown "
               f"({front.misnumbered} misnumbered, {front.resent} sent twice), rank-0 chart {charted:,} / "
               f"{points_each:,} points, {len(front.steps):,} of them in batches ({'each once' if chart_ok else 'NOT each once'})")
@@ -357,6 +386,8 @@ def main() -> int:
     parser.add_argument("--points-per-s", type=float, default=1_000, help="metric points a second, all ranks together")
     parser.add_argument("--soak", type=float, default=0, metavar="SECONDS",
                         help="a long run instead (e.g. 600): kernel memory must stay within the RSS target")
+    parser.add_argument("--py-spy", metavar="FILE", default=None,
+                        help="also profile the kernel while the gang writes (py-spy raw format into FILE; needs py-spy)")
     parser.add_argument("--naive-seconds", type=float, default=None,
                         help="also watch naively for this long (default 5 at the default size, else 0)")
     args = parser.parse_args()

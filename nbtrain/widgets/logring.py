@@ -18,9 +18,10 @@ __all__ = ["LogRings", "RankRing", "blocks_of"]
 
 class RankRing:
     """The newest lines of one rank's log: at least the last ``capacity`` lines seen (the whole blocks that
-    hold them; a block of more than ``4 x capacity`` lines cut to its last ``capacity``), numbered as in the log.
+    hold them; a block of more than ``2 x capacity`` lines cut to its last ``capacity``), numbered as in the log.
 
-    Memory: under ``5 x capacity`` lines of bytes (blocks are kept as read: cutting each costs a copy).
+    Memory: under ``3 x capacity`` lines of bytes (smaller blocks are kept as read: cutting each costs a copy,
+    of at most ``capacity`` lines; a 512-rank gang brings a block per rank per poll, mostly cut).
     """
 
     __slots__ = ("blocks", "capacity", "held", "total")
@@ -39,7 +40,7 @@ class RankRing:
         if seen > 0:  # an overlap (a cursor never sends one): keep the lines after what was seen
             block = _from_line(block, seen)
         self.total = block.first + block.count
-        kept = _last_lines(block, self.capacity) if block.count > 4 * self.capacity else block
+        kept = _last_lines(block, self.capacity) if block.count > 2 * self.capacity else block
         self.blocks.append(kept)
         self.held += kept.count
         while self.held - self.blocks[0].count >= self.capacity:

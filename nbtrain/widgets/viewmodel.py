@@ -7,7 +7,7 @@ the folded :class:`~nbtrain.view.RunView`); ``take_batch()`` gives the bulk delt
 
 Cost per line: log lines arrive as blocks of bytes (one per rank per poll, ``batch.lines.blocks``) and are
 kept as such in per-rank rings (:mod:`.logring`); only the lines a message carries are decoded. Memory is
-bounded: ``kernel_lines`` lines (``snapshot_lines`` per rank in gangs of up to 100 ranks) and ``kept_points``
+bounded: ``kernel_lines`` lines (``snapshot_lines`` per rank in gangs of up to 40 ranks) and ``kept_points``
 points per chart.
 """
 
@@ -37,7 +37,8 @@ class MonitorLimits:
     batch_lines: int = 400  # newest lines per custom message
     snapshot_lines: int = 500  # per rank, on (re)connect ...
     snapshot_total: int = 20_000  # ... and all ranks together (a 512-rank snapshot stays ~1 MB)
-    kernel_lines: int = 50_000  # log lines held in the kernel, all ranks together (at least 20 per rank)
+    kernel_lines: int = 20_000  # log lines a ring holds, all ranks together (at least 20 per rank): what a snapshot
+    #                             shows (snapshot_total); the rings' bytes stay under 3x (logring.RankRing)
     merged_lines: int = 1000
     chart_points: int = 2000  # per metric key on screen
     kept_points: int = 8000  # per key kept for snapshots (then min/max-decimated over steps)
