@@ -10,52 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ckpt_gang import SETUP, TRAIN  # tests/support, put on sys.path by tests/conftest.py
+from ckpt_gang import cell as _cell
+from ckpt_gang import losses as _losses
 
 pytestmark = pytest.mark.slow
-
-SETUP = '''
-import os
-import torch
-import nbtrain
-from accelerate import Accelerator
-STEPS = 16
-
-def batch(step):
-    g = torch.Generator().manual_seed(step)
-    x = torch.randn(16, 8, generator=g)
-    return x, x.sum(1, keepdim=True)
-'''
-
-# A training loop that checkpoints every 4 steps and resumes from its last checkpoint.
-TRAIN = '''
-accelerator = Accelerator()
-torch.manual_seed(0)
-model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
-opt = torch.optim.Adam(model.parameters(), lr=1e-2)
-model, opt = accelerator.prepare(model, opt)
-start = nbtrain.restore(accelerator)
-attempt = int(os.environ["NBTRAIN_ATTEMPT"])
-for step in range(start, STEPS):
-    x, y = batch(step * accelerator.num_processes + accelerator.process_index)
-    loss = ((model(x) - y) ** 2).mean()
-    accelerator.backward(loss)
-    opt.step()
-    opt.zero_grad()
-    accelerator.log({"loss": accelerator.reduce(loss.detach(), "mean").item()}, step=step)
-    if step % 4 == 3:
-        nbtrain.save_checkpoint(accelerator, step)
-    CRASH
-start
-'''
-
-
-def _cell(flags: str, crash: str = "pass") -> str:
-    return f"%%distributed --nodes 1 --gpus 2 --out run --no-monitor {flags}\n" + TRAIN.replace("CRASH", crash)
-
-
-def _losses(run: Any, attempt: int | None = None) -> dict[int, float]:
-    points = run.view.metrics[0]["loss"]
-    return {s: v for a, s, v in points if attempt is None or a == attempt}
 
 
 def test_restart_from_checkpoint_reproduces_the_uninterrupted_run(shell: Any, run_cell: Any) -> None:
