@@ -110,11 +110,17 @@ def _params(pairs: list[str] | None) -> dict[str, str]:
 def _cmd_submit(args: argparse.Namespace) -> int:
     from nbtrain import client
     from nbtrain.export.jobdir import load_job
+    from nbtrain.profiles import render_sources
+    from nbtrain.profiles.apply import job_sources, resolve_args
 
     job = load_job(Path(args.directory), accept_edits=args.accept_edits)
-    spec = job.with_parameters(apply_overrides(job.spec, args), _params(args.param))
+    toml_path = job.path / "nbtrain.toml"
+    resolved = resolve_args(args, base=job.spec, base_sources=job_sources(toml_path), project_toml=toml_path)
+    spec = job.with_parameters(resolved.spec, _params(args.param))
     if args.dry_run:
         print(client.plan_bundle(job.bundle, spec).render())
+        print()
+        print(render_sources(resolved))
         return EXIT_OK
     notebook = {k: str(v) for k, v in (job.bundle.manifest.get("notebook") or {}).items() if v}
     notebook["job_dir"] = str(job.path.resolve())

@@ -180,7 +180,9 @@ def job_spec_from_header(args: str, where: str) -> JobSpec:
     parser = flags.build_parser("magic", prog="%%distributed", exit_on_error=False)
     try:
         parsed = parser.parse_args(shlex.split(args))
-        return flags.spec_from_namespace(parsed)
+        from nbtrain.profiles.apply import resolve_args  # --profile NAME: its values are exported with the spec
+
+        return resolve_args(parsed).spec
     except (argparse.ArgumentError, SpecError, ValueError) as error:
         raise SpecError(f"{where}: %%distributed {args}: {error}") from None
     except SystemExit as error:  # argparse on an unknown flag

@@ -36,7 +36,7 @@ else:  # pragma: no cover - Python 3.10
 __all__ = ["dump_job_toml", "load_job_toml"]
 
 
-_TABLES = (*TOML_TABLES, "parameters", "source", "storage")  # [storage]: nbtrain.storage.config reads it
+_TABLES = (*TOML_TABLES, "parameters", "source", "profiles", "storage")  # [profiles.NAME]: nbtrain.profiles reads them; [storage]: nbtrain.storage.config
 
 HEADER = """\
 # nbtrain job specification: what `nbtrain submit .` runs, and where.

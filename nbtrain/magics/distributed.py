@@ -22,12 +22,20 @@ _CAPTURE_FIELDS = frozenset({"max_capture_mb", "allow_secrets"})
 
 
 def spec_from_args(args: argparse.Namespace) -> JobSpec:
-    """The JobSpec of parsed ``%%distributed`` flags (:func:`nbtrain.flags.spec_from_namespace`).
+    """The JobSpec of parsed ``%%distributed`` flags: defaults < ``--profile`` < flags (:mod:`nbtrain.profiles`).
 
-    Bad values become UsageError naming the flag, the value and the allowed values.
+    Bad values, an unknown profile and a flag changing a value the profile locks become UsageError naming the
+    flag, the value and what to do.
     """
+    return _resolved(args).spec
+
+
+def _resolved(args: argparse.Namespace) -> Any:
+    """:func:`nbtrain.profiles.apply.resolve_args` of ``args``, SpecError as UsageError (nothing started yet)."""
+    from nbtrain.profiles.apply import resolve_args
+
     try:
-        return flags.spec_from_namespace(args)
+        return resolve_args(args)
     except SpecError as error:
         raise UsageError(str(error)) from None
 
@@ -88,9 +96,11 @@ class DistributedMagics(Magics):
             raise
         except SystemExit as error:  # argparse on a bad value type
             raise UsageError(f"%%distributed {line}: {error}") from None
-        spec = spec_from_args(args)
+        resolved = _resolved(args)
+        spec = resolved.spec
         if args.resume:
             ignored = [o.flag for o in flags.given_options(args) if o.field not in _CAPTURE_FIELDS]
+            ignored += ["--profile"] if args.profile else []
             if ignored:
                 raise UsageError(
                     f"%%distributed --resume {args.resume}: {', '.join(ignored)} would be ignored: a resumed run keeps "
@@ -100,6 +110,7 @@ class DistributedMagics(Magics):
             raise UsageError(f"--out {args.out!r}: not a valid Python variable name.")
         from nbtrain.bundle import CaptureOptions, capture_cell
         from nbtrain.client import plan_bundle, submit_bundle
+        from nbtrain.profiles import render_sources
 
         shell = self.shell
         assert shell is not None  # a registered magic always has its shell
@@ -123,6 +134,8 @@ class DistributedMagics(Magics):
                 print(bundle.report())
                 print()
                 print(plan.render())
+                print()
+                print(render_sources(resolved))
                 return None
             run = submit_bundle(bundle, spec, notebook=notebook)
         except (EnvironmentProblem, SpecError, BackendError) as error:

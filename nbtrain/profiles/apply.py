@@ -1,0 +1,58 @@
+"""The submission edge: parsed flags (with ``--profile``) -> the Resolved spec, loading the profile asked for."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from nbtrain.flags.parse import default_spec
+from nbtrain.flags.table import OPTIONS
+from nbtrain.profiles.load import load_catalog
+from nbtrain.profiles.resolve import TOML, Resolved, resolve
+from nbtrain.spec import JobSpec
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+
+__all__ = ["environment_sources", "job_sources", "resolve_args", "toml_sources"]
+
+
+def environment_sources() -> dict[str, str]:
+    """field -> ``environment NAME`` for the defaults the environment changes (NBTRAIN_BACKEND...)."""
+    return {o.field: f"environment {o.env}" for o in OPTIONS
+            if o.field and o.env and os.environ.get(o.env, "").strip()}
+
+
+def toml_sources(data: Mapping[str, object]) -> dict[str, str]:
+    """field -> ``nbtrain.toml`` for every job option an nbtrain.toml document (parsed) sets."""
+    sources = {}
+    for option in OPTIONS:
+        if option.field and option.toml:
+            table, key = option.toml.split(".")
+            section = data.get(table)
+            if isinstance(section, Mapping) and key in section:
+                sources[option.field] = TOML
+    return sources
+
+
+def job_sources(path: Path) -> dict[str, str]:
+    """:func:`toml_sources` of the nbtrain.toml at ``path`` (already read and checked by ``load_job``)."""
+    return toml_sources(tomllib.loads(path.read_text(encoding="utf-8")))
+
+
+def resolve_args(args: argparse.Namespace, *, base: JobSpec | None = None,
+                 base_sources: Mapping[str, str] | None = None, project_toml: Path | None = None) -> Resolved:
+    """The spec of parsed flags: ``base`` (default: the defaults and the environment's), the profile named by
+    ``args.profile`` (looked up in every source, ``project_toml`` for the project's), then the typed flags.
+
+    Raises SpecError for an unknown profile (listing the known ones), a flag changing a locked value, bad values.
+    """
+    name = getattr(args, "profile", None)
+    profile = load_catalog(project_toml).get(name) if name else None
+    if base is None:
+        base, base_sources = default_spec(), environment_sources()
+    return resolve(base, args, profile, base_sources)

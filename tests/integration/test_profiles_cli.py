@@ -1,0 +1,130 @@
+"""Profiles end to end: a platform team's profile shipped as a real pip-installed package is listed and used by
+`nbtrain submit`, its locked option refused there and in %%distributed, and --dry-run says where values came from."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import nbformat
+import pytest
+from IPython.core.error import UsageError
+from nbformat.v4 import new_code_cell, new_notebook
+
+pytestmark = pytest.mark.slow
+
+TEAM_MODULE = '''
+PROFILES = """
+[profiles.team-gpu]
+version = "3.2"
+description = "the platform team's approved shape"
+contact = "#ml-platform"
+locked = ["strategy", "max-restarts"]
+
+[profiles.team-gpu.options]
+nodes = 1
+gpus = 2
+strategy = "ddp"
+max-restarts = 2
+keep-checkpoints = 1
+"""
+
+
+def profiles():
+    return PROFILES
+'''
+
+
+def _install_team_package(tmp_path: Path) -> Path:
+    """Build and pip-install (into a target directory) a distribution declaring an `nbtrain.profiles` entry point."""
+    source = tmp_path / "team-profiles"
+    (source / "team_profiles").mkdir(parents=True)
+    (source / "team_profiles" / "__init__.py").write_text(TEAM_MODULE)
+    (source / "pyproject.toml").write_text(textwrap.dedent("""
+        [build-system]
+        requires = ["setuptools"]
+        build-backend = "setuptools.build_meta"
+
+        [project]
+        name = "team-profiles"
+        version = "1.4"
+
+        [project.entry-points."nbtrain.profiles"]
+        team = "team_profiles:profiles"
+
+        [tool.setuptools]
+        packages = ["team_profiles"]
+    """))
+    target = tmp_path / "site"
+    done = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--no-index",
+                           "--quiet", "--target", str(target), str(source)], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    return target
+
+
+def _nbtrain(site: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]),
+           "NBTRAIN_CONFIG_DIR": str(cwd / "no-config")}
+    return subprocess.run([sys.executable, "-m", "nbtrain", *args], capture_output=True, text=True, timeout=180,
+                          cwd=cwd, env=env)
+
+
+def test_a_packaged_profile_is_listed_used_and_its_lock_holds(home: Path, tmp_path: Path) -> None:
+    site = _install_team_package(tmp_path)
+    listed = _nbtrain(site, tmp_path, "templates", "list")
+    assert listed.returncode == 0, listed.stderr
+    (row,) = [line for line in listed.stdout.splitlines() if line.startswith("team-gpu ")]
+    assert "3.2" in row and "package" in row and "approved shape" in row
+    shown = _nbtrain(site, tmp_path, "templates", "show", "team-gpu")
+    assert "package team-profiles 1.4 (entry point team = team_profiles:profiles)" in shown.stdout, shown.stdout
+    assert "--strategy" in shown.stdout and "(locked)" in shown.stdout
+
+    notebook = tmp_path / "job.ipynb"
+    nbformat.write(new_notebook(cells=[new_code_cell("%%distributed --nodes 1 --gpus 1 --name job\nprint('hi')")]),
+                   str(notebook))
+    exported = _nbtrain(site, tmp_path, "export", str(notebook), "-o", str(tmp_path / "job"))
+    assert exported.returncode == 0, exported.stderr
+
+    planned = _nbtrain(site, tmp_path, "submit", str(tmp_path / "job"), "--profile", "team-gpu", "--gpus", "1",
+                       "--dry-run")
+    assert planned.returncode == 0, planned.stderr
+    lines = planned.stdout.splitlines()
+    assert any(line.split()[:2] == ["--gpus", "1"] and line.endswith("flag") for line in lines), planned.stdout
+    assert any(line.split()[:2] == ["--max-restarts", "2"] and line.endswith("profile team-gpu 3.2, locked")
+               for line in lines), planned.stdout
+    assert any(line.split()[:2] == ["--keep-checkpoints", "1"] and line.endswith("profile team-gpu 3.2")
+               for line in lines), planned.stdout
+    assert any(line.split()[:2] == ["--name", "job"] and line.endswith("nbtrain.toml") for line in lines), planned.stdout
+
+    refused = _nbtrain(site, tmp_path, "submit", str(tmp_path / "job"), "--profile", "team-gpu", "--max-restarts", "0")
+    assert refused.returncode == 2 and refused.stdout == ""
+    assert refused.stderr.startswith("nbtrain submit: --max-restarts 0: profile 'team-gpu' (version 3.2, package "
+                                     "team-profiles 1.4"), refused.stderr
+    assert "locks max-restarts to 2; nothing was started" in refused.stderr and "ask #ml-platform" in refused.stderr
+    assert not (home / "runs").exists() or not any((home / "runs").iterdir())
+
+    unknown = _nbtrain(site, tmp_path, "submit", str(tmp_path / "job"), "--profile", "team-cpu")
+    assert unknown.returncode == 2 and "no such profile; known profiles:" in unknown.stderr
+    assert "team-gpu" in unknown.stderr
+
+
+def test_the_magic_refuses_a_locked_override_and_shows_provenance(shell: object, home: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    run_cell_magic = shell.run_cell_magic  # type: ignore[attr-defined]
+    with pytest.raises(UsageError) as error:
+        run_cell_magic("distributed", "--profile multinode-ddp --strategy fsdp", "x = 1")
+    assert str(error.value).startswith("--strategy fsdp: profile 'multinode-ddp' (version 1.0, built-in ")
+    assert "locks strategy to ddp; nothing was started" in str(error.value)
+    with pytest.raises(UsageError, match="--profile would be ignored"):
+        run_cell_magic("distributed", "--resume some-run --profile multinode-ddp", "x = 1")
+    run_cell_magic("distributed", "--profile multinode-ddp --gpus 1 --dry-run", "x = 1")
+    out = capsys.readouterr().out
+    assert "Where each value came from" in out
+    rows = {line.split()[0]: line for line in out.splitlines() if line.startswith("  --")}
+    assert rows["--nodes"].endswith("profile multinode-ddp 1.0") and rows["--gpus"].endswith("flag")
+    assert rows["--strategy"].endswith("profile multinode-ddp 1.0, locked")
+    assert not (home / "runs").exists() or not any((home / "runs").iterdir())
