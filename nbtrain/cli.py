@@ -190,6 +190,15 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
 def _cmd_logs(args: argparse.Namespace) -> int:
     run = _attach(args.run)
+    if args.all or args.output:
+        if not (args.all and args.output) or args.follow:
+            raise SpecError("--all and -o go together (`nbtrain logs RUN --all -o logs.zip`), without --follow.")
+        from nbtrain.commands._logszip import write_logs_zip
+
+        names = write_logs_zip(run, Path(args.output))
+        print(f"{args.output}: {len(names)} file(s) of run {run.id} ({', '.join(n for n in names if '/' not in n)} "
+              f"and {sum('/' in n for n in names)} log(s))")
+        return EXIT_OK
     if not 0 <= args.rank < run.spec.world_size:
         raise SpecError(f"--rank {args.rank}: run {run.id} has ranks 0-{run.spec.world_size - 1}.")
     if not args.follow:
@@ -400,6 +409,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rank", type=int, default=0)
     p.add_argument("--tail", type=int, default=None, help="only the last N lines")
     p.add_argument("--follow", "-f", action="store_true", help="keep printing until the run ends")
+    p.add_argument("--all", action="store_true", help="every rank of every attempt, with the failure report (-o)")
+    p.add_argument("-o", "--output", default=None, metavar="ZIP", help="with --all: the zip file to write")
     p.set_defaults(handler=_cmd_logs)
     p = sub.add_parser("cancel", help="end every process of a run")
     p.add_argument("run")

@@ -5,6 +5,7 @@ Every launch goes through :mod:`nbtrain.client.launch` (plan, record, submit, ke
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -69,8 +70,13 @@ def attach(run_id: str, *, store: Store | None = None, watch: bool = True) -> Ru
     return _started(run) if watch else run
 
 
-def rerun(run_id: str | None = None, *, store: Store | None = None) -> Run:
-    """Run ``run_id`` (default: the newest FAILED run) again as a NEW run: same spec, same bundle, no checkpoint."""
+def rerun(run_id: str | None = None, *, store: Store | None = None,
+          spec: Callable[[JobSpec], JobSpec] | None = None) -> Run:
+    """Run ``run_id`` (default: the newest FAILED run) again as a NEW run: same bundle, no checkpoint.
+
+    The spec is the source run's, or ``spec(source_spec)`` (overrides: ``%nbtrain rerun RUN --nodes 1``,
+    ``nbtrain debug``); the new spec is validated by the backend's plan like any submission.
+    """
     store = store or Store()
     if run_id is None:
         failed = [r for r in runs(store=store) if r.status() is RunState.FAILED]
@@ -80,9 +86,10 @@ def rerun(run_id: str | None = None, *, store: Store | None = None) -> Run:
     else:
         source = attach(run_id, store=store, watch=False)
     launch.bundle_dir_of(store, source.record.bundle_digest, source.id)
-    backend = get_backend(source.record.backend, store=store)
+    new_spec = spec(source.spec) if spec is not None else source.spec
+    backend = get_backend(source.record.backend if spec is None else new_spec.backend, store=store)
     new_id = store.new_run_id(source.spec.name)
-    plan = launch.plan_new(store, backend, source.spec, source.record.bundle_digest, new_id)
+    plan = launch.plan_new(store, backend, new_spec, source.record.bundle_digest, new_id)
     record = launch.start_new_run(store, backend, plan, kind=source.record.kind,
                                   notebook=dict(source.record.notebook), attempt_info={"rerun_of": source.id})
     return _started(Run(record, store, backend))

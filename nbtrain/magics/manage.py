@@ -23,7 +23,9 @@ USAGE = """%nbtrain SUBCOMMAND ...
   cancel RUN                end every process of a run
   attach RUN [--out NAME]   rebuild the handle of a run (e.g. after a kernel restart)
   resume RUN [--out NAME]   relaunch a run from its latest checkpoint (a new attempt)
-  rerun [RUN] [--out NAME]  run the last failed run (or RUN) again from scratch, same spec and code
+  rerun [RUN] [--out NAME] [--nodes N --gpus N ...]
+                            run the last failed run (or RUN) again from scratch, same code;
+                            job options given override its spec
   gangs                     list warm gangs (shape, state, idle time, memory)
   gang stop [GANG]          end a warm gang (default: every warm gang)
   doctor                    check torch, accelerate, devices and the run store
@@ -63,6 +65,9 @@ def _parser() -> _Parser:
     rerun = sub.add_parser("rerun", add_help=False)
     rerun.add_argument("run", nargs="?", default=None)
     rerun.add_argument("--out", default=None)
+    from nbtrain import flags
+
+    flags.add_arguments(rerun, "magic", spec_only=True)  # overrides: %nbtrain rerun RUN --nodes 1 --gpus 2
     export = sub.add_parser("export", add_help=False)
     export.add_argument("--out", default=None)
     export.add_argument("--cell", default="last")
@@ -117,7 +122,10 @@ class ManageMagics(Magics):
                 print(self._export(args).summary())
                 return None
             if args.command == "rerun":
-                return self._show(client.rerun(args.run), args.out, "started")
+                from nbtrain.flags import given_options, spec_from_namespace
+
+                overrides = (lambda spec: spec_from_namespace(args, base=spec)) if given_options(args) else None
+                return self._show(client.rerun(args.run, spec=overrides), args.out, "started")
             run = client.attach(args.run, watch=args.command == "attach")
             if args.command == "resume":
                 return self._show(run.resume(), args.out, f"resumed as attempt {run.record.attempts[-1]['attempt']}")

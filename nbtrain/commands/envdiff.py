@@ -1,0 +1,161 @@
+"""``nbtrain env-diff RUN`` / ``%nbtrain env-diff RUN``: how the ranks' environments differ from this process's.
+
+Each rank reports its environment when it starts (an ``env`` event: python, torch, accelerate, CUDA, NCCL, driver,
+device; the installed packages once per node, from local rank 0). This command compares them with the process
+running it — the kernel for ``%nbtrain env-diff``, the ``nbtrain`` interpreter in a terminal — and with each other,
+and prints one line per difference. Exit code 0 either way (``--json`` for scripts); a run whose ranks never
+reported (they did not start) is an error naming the run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["FIELDS", "MAGIC_USAGE", "Difference", "env_diff", "environment_here", "register", "register_magic",
+           "render"]
+
+#: The version fields compared (package versions are compared separately).
+FIELDS = ("python", "torch", "accelerate", "cuda", "nccl", "driver", "device")
+#: Fields that legitimately differ between ranks and the kernel or between ranks (the kernel runs no GPU rank).
+_PER_RANK = ("device",)
+
+MAGIC_USAGE = """  env-diff RUN              how the ranks' environments (versions, CUDA, NCCL, packages) differ from the kernel's
+"""
+
+
+@dataclass(frozen=True)
+class Difference:
+    """One field (``what``: a FIELDS name or ``package NAME``) whose value differs: here and per rank (None: absent)."""
+
+    what: str
+    here: str | None
+    ranks: Mapping[int, str | None] = field(default_factory=dict)
+
+    def line(self) -> str:
+        groups: dict[str | None, list[int]] = {}
+        for rank, value in sorted(self.ranks.items()):
+            groups.setdefault(value, []).append(rank)
+        there = "; ".join(f"{_show(value)} on {_ranks(ranks)}" for value, ranks in groups.items())
+        return f"{self.what}: {_show(self.here)} here; {there}"
+
+
+def _show(value: str | None) -> str:
+    return "absent" if value is None else value
+
+
+def _ranks(ranks: list[int]) -> str:
+    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(str(r) for r in ranks)
+
+
+def env_diff(here: Mapping[str, Any], ranks: Mapping[int, Mapping[str, Any]]) -> list[Difference]:
+    """Differences between ``here`` (this process's report) and each rank's report (pure).
+
+    A version field differs when any rank's value differs from here or from another rank's (``device`` is
+    compared between ranks only: a kernel has no rank's device). Packages are compared on the ranks that reported
+    them (one per node): a package missing, extra or at another version on any of them is one difference.
+    """
+    differences = []
+    for name in FIELDS:
+        values = {rank: _text(env.get(name)) for rank, env in ranks.items()}
+        mine = None if name in _PER_RANK else _text(here.get(name))
+        distinct = set(values.values())
+        if len(distinct) > 1 or (name not in _PER_RANK and distinct and distinct != {mine}):
+            differences.append(Difference(name, mine, values))
+    nodes = {rank: env["packages"] for rank, env in ranks.items() if isinstance(env.get("packages"), Mapping)}
+    theirs = here.get("packages")
+    mine_packages: Mapping[str, Any] = theirs if isinstance(theirs, Mapping) else {}
+    if nodes:
+        names = sorted(set(mine_packages).union(*[set(p) for p in nodes.values()]))
+        for package in names:
+            values = {rank: _text(packages.get(package)) for rank, packages in nodes.items()}
+            if set(values.values()) != {_text(mine_packages.get(package))}:
+                differences.append(Difference(f"package {package}", _text(mine_packages.get(package)), values))
+    return differences
+
+
+def _text(value: Any) -> str | None:
+    return None if value in (None, "") else str(value)
+
+
+def render(differences: list[Difference], *, run_id: str, ranks: int) -> str:
+    """The printed report: a headline, then one line per difference."""
+    if not differences:
+        return f"{run_id}: the {ranks} rank(s) reported the same versions and packages as this process"
+    return "\n".join([f"{run_id}: {len(differences)} difference(s) between this process and the ranks:",
+                      *(f"  {d.line()}" for d in differences)])
+
+
+def environment_here() -> dict[str, Any]:
+    """This process's report, in the ranks' form (imports torch; reads the installed packages)."""
+    from nbtrain.runtime.worker import _cuda_report, installed_packages
+
+    report: dict[str, Any] = {"python": platform.python_version(), "torch": None, "accelerate": None}
+    for name in ("torch", "accelerate"):
+        try:
+            module = __import__(name)
+            report[name] = str(module.__version__)
+        except ImportError:
+            pass
+    report.update(_cuda_report())
+    report["packages"] = installed_packages()
+    return report
+
+
+def rank_environments(run: Any) -> dict[int, dict[str, Any]]:
+    """The latest attempt's environment report of each rank of ``run`` (from its events)."""
+    reports: dict[int, tuple[int, dict[str, Any]]] = {}
+    for event in run.events():
+        if event.kind.value == "env" and event.rank is not None:
+            seen = reports.get(event.rank)
+            if seen is None or event.attempt >= seen[0]:
+                reports[event.rank] = (event.attempt, dict(event.data))
+    return {rank: data for rank, (_, data) in sorted(reports.items())}
+
+
+def _report(run_id: str) -> tuple[str, list[Difference], int]:
+    from nbtrain import client
+    from nbtrain.errors import NbtrainError
+
+    run = client.attach(run_id, watch=False)
+    ranks = rank_environments(run)
+    if not ranks:
+        raise NbtrainError(f"run {run.id}: no rank reported its environment (did the gang start? "
+                           f"`nbtrain status {run.id}`).")
+    return run.id, env_diff(environment_here(), ranks), len(ranks)
+
+
+def register(sub: Any) -> None:
+    """Add ``nbtrain env-diff``."""
+    p = sub.add_parser("env-diff", help="differences between a run's ranks' environments and this machine's")
+    p.add_argument("run", help="run id or a unique prefix of one")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=_cmd_env_diff)
+
+
+def _cmd_env_diff(args: argparse.Namespace) -> int:
+    run_id, differences, ranks = _report(args.run)
+    if args.json:
+        print(json.dumps([{"what": d.what, "here": d.here, "ranks": {str(r): v for r, v in d.ranks.items()}}
+                          for d in differences], indent=2, sort_keys=True))
+    else:
+        print(render(differences, run_id=run_id, ranks=ranks))
+    sys.stdout.flush()
+    return 0
+
+
+def register_magic(sub: Any) -> None:
+    """Add ``%nbtrain env-diff``."""
+    p = sub.add_parser("env-diff", add_help=False)
+    p.add_argument("run")
+    p.set_defaults(magic=_magic_env_diff)
+
+
+def _magic_env_diff(args: argparse.Namespace, shell: Any) -> None:
+    run_id, differences, ranks = _report(args.run)
+    print(render(differences, run_id=run_id, ranks=ranks))
