@@ -84,6 +84,11 @@ export class NbtrainAPI {
     return result;
   }
 
+  /** The adoption figures of `GET /nbtrain/stats` (the last 30 days; parsed by `statsLines`). */
+  async stats(): Promise<unknown> {
+    return requestAPI(this.settings, ["stats"]);
+  }
+
   /** The open server-sent events response of `/nbtrain/events` (the caller reads and closes it). */
   async events(signal: AbortSignal): Promise<Response> {
     const response = await ServerConnection.makeRequest(

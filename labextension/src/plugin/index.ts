@@ -25,8 +25,9 @@ function activate(
   statusBar: IStatusBar | null,
   restorer: ILayoutRestorer | null,
 ): void {
-  const model = new RunsModel({ api: new NbtrainAPI(app.serviceManager.serverSettings) });
-  const panel = new RunsPanel(model, app.commands);
+  const api = new NbtrainAPI(app.serviceManager.serverSettings);
+  const model = new RunsModel({ api });
+  const panel = new RunsPanel(model, app.commands, () => api.stats());
   app.shell.add(panel, "left", { rank: 650, type: "Distributed runs" });
   restorer?.add(panel, "nbtrain-runs");
   const showRuns = (): void => app.shell.activateById(panel.id);

@@ -15,6 +15,7 @@ import { CommandIDs } from "./commands-ids";
 import { formatDuration, formatStart, gangText, liveDuration, stateText, stepText } from "./format";
 import { runsIcon } from "./icons";
 import type { RunsModel } from "./runs-model";
+import { AdoptionSection } from "./stats-section";
 import type { RunSummary } from "./wire";
 import { isActive } from "./wire";
 
@@ -115,6 +116,7 @@ export class RunsPanel extends Widget {
   constructor(
     private readonly model: RunsModel,
     private readonly commands: CommandRegistry,
+    loadStats?: () => Promise<unknown>,
   ) {
     super();
     this.id = "nbtrain-runs";
@@ -137,6 +139,7 @@ export class RunsPanel extends Widget {
       " (or the notebook toolbar's “Run cell distributed…”) and it shows here.",
     );
     this.node.append(header, this.summary, this.status, this.list, this.empty);
+    if (loadStats !== undefined) this.node.append(new AdoptionSection(loadStats).node);
     model.changed.connect(this.onModelChanged);
     this.render();
   }

@@ -3,6 +3,9 @@ a failure never recovered, several users merged); the Prometheus text parses wit
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -169,3 +172,35 @@ def test_parse_since(text: str, seconds: float | None) -> None:
 def test_parse_since_refuses_what_is_not_a_duration(text: str) -> None:
     with pytest.raises(ValueError, match="expected a duration such as 30d"):
         parse_since(text)
+
+
+#: The JSON document the panel's TypeScript test reads (labextension/test/plugin-stats.test.ts): regenerate with
+#: ``python -c "from tests.unit.stats.test_compute import write_fixture; write_fixture()"`` when the keys change
+#: on purpose, and update the TypeScript parser with it.
+FIXTURE = Path(__file__).resolve().parents[2] / "data" / "stats-document.json"
+
+
+def _fixture_document() -> dict[str, object]:
+    base = NOW - 10 * DAY
+    runs = [
+        _run("first-1", _attempt(0, "succeeded", NOW - 40 * DAY, NOW - 40 * DAY + 60), procs=1,
+             created=NOW - 40 * DAY),
+        _run("train-1", _attempt(0, "failed", base + 1, base + 100, submitted=base, all_started=base + 4),
+             _attempt(1, "succeeded", base + 201, base + 500, kind=AttemptKind.RESUME, submitted=base + 200,
+                      all_started=base + 210, checkpoint=True), created=base),
+        _run("eval-1", _attempt(0, "failed", base + 1001, base + 1061), job="eval", nodes=2, created=base + 1000),
+        _run("big-1", _attempt(0, "succeeded", base + 3010, base + 6610, submitted=base + 3000,
+                               all_started=base + 3030), nodes=2, procs=4, backend="slurm", gpu=True,
+             created=base + 3000),
+    ]
+    return to_json(compute_stats(runs, NOW, 30 * DAY), [("/home/ada/.nbtrain", "ada")])
+
+
+def write_fixture() -> None:
+    FIXTURE.write_text(json.dumps(_fixture_document(), indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def test_the_document_is_the_one_the_panel_is_tested_on() -> None:
+    assert json.loads(FIXTURE.read_text(encoding="utf-8")) == _fixture_document(), (
+        f"{FIXTURE} differs from what nbtrain/stats/render.py writes now; if the change is meant, regenerate it "
+        "(see FIXTURE) and update labextension/src/plugin/stats.ts and its test.")
