@@ -395,16 +395,19 @@ def main() -> int:
     naive = args.naive_seconds
     if naive is None:
         naive = 5.0 if (args.ranks == 16 and args.lines_per_s == 100_000 and not args.soak) else 0.0
-    os.environ.setdefault("NBTRAIN_HOME", tempfile.mkdtemp(prefix="nbtrain-stream-"))
-    # with tracking on, the run's tracking agent (a process beside the run, not the kernel) writes here
-    os.environ.setdefault("MLFLOW_TRACKING_URI", f"sqlite:///{os.environ['NBTRAIN_HOME']}/mlflow.db")
-
-    ours, missed = _measure(args, seconds)
-    if naive > 0:
-        theirs = _naive(args, naive)
-        print("naive / nbtrain, same machine, same gang:")
-        for key, name in (("msgs_per_s", "messages/s"), ("bytes_per_s", "bytes/s"), ("cpu_share", "kernel CPU")):
-            print(f"  {name:12s} {theirs[key] / max(ours[key], 1e-9):8.1f}x")
+    # Everything the bench writes (the gang's logs: a GB a run at 512 ranks; MLflow's store and its artifacts, which
+    # land in ./mlruns of the working directory) goes to a scratch directory, removed at the end.
+    with tempfile.TemporaryDirectory(prefix="nbtrain-stream-") as scratch:
+        os.chdir(scratch)
+        os.environ.setdefault("NBTRAIN_HOME", os.path.join(scratch, "home"))
+        # with tracking on, the run's tracking agent (a process beside the run, not the kernel) writes here
+        os.environ.setdefault("MLFLOW_TRACKING_URI", f"sqlite:///{scratch}/mlflow.db")
+        ours, missed = _measure(args, seconds)
+        if naive > 0:
+            theirs = _naive(args, naive)
+            print("naive / nbtrain, same machine, same gang:")
+            for key, name in (("msgs_per_s", "messages/s"), ("bytes_per_s", "bytes/s"), ("cpu_share", "kernel CPU")):
+                print(f"  {name:12s} {theirs[key] / max(ours[key], 1e-9):8.1f}x")
     if missed:
         print("targets missed: " + ", ".join(missed))
         return 1
