@@ -397,6 +397,8 @@ def main() -> int:
         naive = 5.0 if (args.ranks == 16 and args.lines_per_s == 100_000 and not args.soak) else 0.0
     # Everything the bench writes (the gang's logs: a GB a run at 512 ranks; MLflow's store and its artifacts, which
     # land in ./mlruns of the working directory) goes to a scratch directory, removed at the end.
+    if args.py_spy:
+        args.py_spy = os.path.abspath(args.py_spy)  # named from here, kept after the scratch directory goes
     with tempfile.TemporaryDirectory(prefix="nbtrain-stream-") as scratch:
         os.chdir(scratch)
         os.environ.setdefault("NBTRAIN_HOME", os.path.join(scratch, "home"))
