@@ -56,3 +56,17 @@ def test_env_diff_device_compares_ranks_only() -> None:
     assert env_diff({}, same) == []
     assert env_diff({}, {0: {"device": "cuda:0"}, 1: {"device": "cpu"}}) == [
         Difference("device", None, {0: "cuda:0", 1: "cpu"})]
+
+
+def test_the_magic_parses_debug_env_diff_and_rerun_overrides() -> None:
+    from nbtrain.flags import spec_from_namespace
+    from nbtrain.magics.manage import _parser, usage
+
+    args = _parser().parse_args(["debug", "r1", "--nodes", "1", "--procs", "4", "--out", "dbg"])
+    assert args.magic is not None and args.out == "dbg"
+    assert overrides(args)(JobSpec(nodes=3)).procs_per_node == 4
+    assert _parser().parse_args(["env-diff", "r1"]).magic is not None
+    rerun = _parser().parse_args(["rerun", "r1", "--nodes", "1", "--gpus", "2"])
+    spec = spec_from_namespace(rerun, base=JobSpec(nodes=4, procs_per_node=8, env={"A": "1"}))
+    assert (spec.nodes, spec.procs_per_node, spec.env) == (1, 2, {"A": "1"})
+    assert "debug RUN" in usage() and "env-diff RUN" in usage()
