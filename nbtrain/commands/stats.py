@@ -15,10 +15,11 @@ _SINCE_HELP = ("only runs created in the last DURATION (30d, 12h, 90m, 2w, secon
                "default 30d). The time to first distributed run always uses every run.")
 
 
-def report(stores: list[str] | None, since: str | None, output: str) -> str:
-    """The statistics of ``stores`` (None: the default store) in ``output`` form: text, json or prometheus."""
+def report(stores: list[str] | None, since: str | None, output: str, tracking_uri: str | None = None) -> str:
+    """The statistics of ``stores`` (None: the default store) in ``output`` form: text, json or prometheus;
+    with the runs the configured MLflow has that the stores lack (``tracking_uri``: see configured_tracking_uri)."""
     from nbtrain.stats import parse_since
-    from nbtrain.stats.collect import gather
+    from nbtrain.stats.collect import configured_tracking_uri, gather
     from nbtrain.stats.prometheus import to_prometheus
     from nbtrain.stats.render import to_json, to_text
     from nbtrain.store import Store
@@ -29,7 +30,7 @@ def report(stores: list[str] | None, since: str | None, output: str) -> str:
         if stores and not store.root.is_dir():
             raise ValueError(f"--store {store.root}: no such directory; pass the root of an nbtrain store "
                              "(the directory that holds runs/, as $NBTRAIN_HOME names it).")
-    stats, sources = gather(chosen, time.time(), window)
+    stats, sources = gather(chosen, time.time(), window, tracking_uri=configured_tracking_uri(tracking_uri))
     if output == "json":
         return json.dumps(to_json(stats, sources), indent=2, sort_keys=True, allow_nan=False)
     if output == "prometheus":
@@ -42,7 +43,7 @@ def _output(args: argparse.Namespace) -> str:
 
 
 def _cmd_stats(args: argparse.Namespace) -> int:
-    print(report(args.store, args.since, _output(args)))
+    print(report(args.store, args.since, _output(args), args.tracking_uri))
     return 0
 
 
@@ -57,6 +58,9 @@ def register(sub: Any) -> None:
     p.add_argument("--store", action="append", metavar="PATH",
                    help="read this store instead of $NBTRAIN_HOME (repeat to merge several users' stores; "
                         "each store's runs count as its owner's)")
+    p.add_argument("--tracking-uri", default=None, metavar="URI",
+                   help="also count the nbtrain runs this MLflow has that the store no longer has (default: "
+                        "$MLFLOW_TRACKING_URI when set; 'none': the store only)")
     p.set_defaults(handler=_cmd_stats)
 
 

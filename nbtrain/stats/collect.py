@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from nbtrain.events import EventKind, parse_line
-from nbtrain.spec import Device, JobSpec
+from nbtrain.spec import Device, JobSpec, slugify
 from nbtrain.stats.compute import compute_stats
 from nbtrain.stats.model import AttemptFacts, AttemptKind, RunFacts, Stats
 from nbtrain.store import RunRecord, Store
 
-__all__ = ["gather", "job_of", "read_store", "store_owner"]
+__all__ = ["configured_tracking_uri", "from_mlflow", "gather", "job_of", "read_store", "store_owner"]
 
 _WANTED = (f'"{EventKind.RANK_START.value}"', f'"{EventKind.CHECKPOINT.value}"')
 
@@ -37,9 +37,9 @@ def store_owner(root: Path) -> str:
 
 def job_of(record: RunRecord) -> str:
     """What "the same job" is for recovery times: ``NOTEBOOK#CELL-ID`` for a notebook cell whose id is known,
-    else the run's name."""
+    else the run's name as its run id spells it (``slugify(name)[:40]``: what a run id from MLflow tells)."""
     path, cell = record.notebook.get("path"), record.notebook.get("cell_id")
-    return f"{path}#{cell}" if path and cell else record.spec.name
+    return f"{path}#{cell}" if path and cell else slugify(record.spec.name)[:40]
 
 
 def read_store(store: Store, user: str | None = None) -> list[RunFacts]:
@@ -142,13 +142,58 @@ def _float(value: Any) -> float | None:
         return None
 
 
-def gather(stores: Sequence[Store], now: float, since: float | None) -> tuple[Stats, list[tuple[str, str]]]:
+def configured_tracking_uri(given: str | None = None) -> str | None:
+    """The MLflow to read pruned runs from: ``given`` (``none``: no MLflow), else ``$MLFLOW_TRACKING_URI``, else
+    None. Only an explicitly configured MLflow is read (not MLflow's default ./mlflow.db of the current directory)."""
+    value = (given if given is not None else os.environ.get("MLFLOW_TRACKING_URI", "")).strip()
+    return None if value.lower() in ("", "none") else value
+
+
+def gather(stores: Sequence[Store], now: float, since: float | None, *, tracking_uri: str | None = None
+           ) -> tuple[Stats, list[tuple[str, str]]]:
     """The statistics of the runs of ``stores`` together (each store's runs are its owner's), and the
-    (store path, user) pairs they were read from. What ``nbtrain stats`` and ``GET /nbtrain/stats`` both call."""
+    (where, user) pairs they were read from. What ``nbtrain stats`` and ``GET /nbtrain/stats`` both call.
+
+    With ``tracking_uri``, the nbtrain runs MLflow has there that no store has (pruned, or run from another
+    machine) are added, for the stores' users only (MLflow's ``mlflow.user`` tag): see :func:`from_mlflow`.
+    """
     facts: list[RunFacts] = []
     sources = []
     for store in stores:
         user = store_owner(store.root)
         facts += read_store(store, user)
         sources.append((str(store.root), user))
+    if tracking_uri:
+        from nbtrain.secrets import redact_url
+        from nbtrain.tracking.history import nbtrain_runs
+
+        users = {user for _, user in sources}
+        try:
+            rows = list(nbtrain_runs(tracking_uri))
+        except Exception as error:  # MLflow raises many kinds: say which URI failed and why
+            raise ValueError(f"could not read nbtrain runs from MLflow at {redact_url(tracking_uri)} "
+                             f"({type(error).__name__}: {str(error)[:200]}); check the tracking URI, or leave "
+                             "MLflow out (--tracking-uri none).") from error
+        extra = from_mlflow(rows, {f.run_id for f in facts}, users)
+        facts += extra
+        sources.append((f"mlflow:{redact_url(tracking_uri)}", ",".join(sorted(users))))
     return compute_stats(facts, now, since), sources
+
+
+def from_mlflow(rows: Iterable[dict[str, Any]], known: set[str], users: set[str]) -> list[RunFacts]:
+    """RunFacts of the MLflow rows (``nbtrain.tracking.history.nbtrain_runs``) whose run is not in ``known`` and
+    whose ``mlflow.user`` is one of ``users`` (rows without a user are left out: they may be anyone's). Each
+    becomes one attempt from MLflow's start to its end; no submit time, ranks' start or checkpoint is known."""
+    out = []
+    for row in rows:
+        if row["run_id"] in known or row.get("user") not in users or row.get("start") is None:
+            continue
+        path, cell = row.get("notebook"), row.get("cell_id")
+        job = f"{path}#{cell}" if path and cell else str(row["run_id"]).rsplit("-", 1)[0]
+        attempt = AttemptFacts(number=0, kind=AttemptKind.SUBMIT, state=row["state"], started=row["start"],
+                               ended=row.get("end") if row["state"] != "running" else None)
+        out.append(RunFacts(run_id=row["run_id"], user=row["user"], job=job, backend=row.get("backend") or "unknown",
+                            created=row["start"], nodes=row["nodes"], procs=row["procs"], gpu=False,
+                            state=row["state"], attempts=(attempt,)))
+        known = known | {row["run_id"]}
+    return out

@@ -100,6 +100,7 @@ def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
 def store_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, float]:
     root = tmp_path / "nbtrain-home"
     monkeypatch.setenv("NBTRAIN_HOME", str(root))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)  # the store alone, unless a test adds MLflow
     now = time.time()
     return root, known_store(root, now)
 
@@ -184,3 +185,45 @@ def test_merged_stores_count_each_store_once(tmp_path: Path, capsys: pytest.Capt
     assert doc["runs"]["total"] == 8 and doc["users"][0]["runs"] == 10
     assert main(["stats", "--store", str(tmp_path / "nope")]) != 0
     assert "no such directory" in capsys.readouterr().err
+
+
+def _mlflow_run(client: Any, experiment: str, run_id: str, user: str, status: str, start: float, end: float) -> None:
+    """An MLflow run as the tracking agent makes it: describe.run_tags, then set_terminated with the end time."""
+    from nbtrain.tracking.describe import run_tags
+
+    tags = run_tags(run_id=run_id, spec=JobSpec(name=run_id.rsplit("-", 1)[0], procs_per_node=2), backend="local",
+                    bundle_digest="0" * 64, notebook={}, manifest=None, commit=None, user=user)
+    created = client.create_run(experiment, start_time=int(start * 1000), tags=tags, run_name=run_id)
+    client.set_terminated(created.info.run_id, status=status, end_time=int(end * 1000))
+
+
+@pytest.mark.slow  # a real MLflow sqlite store: ~50 s of migrations on a 2-core machine
+def test_runs_pruned_from_the_store_are_read_from_mlflow(store_root: tuple[Path, float], tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    from mlflow.tracking import MlflowClient
+
+    root, t0 = store_root
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    experiment = client.create_experiment("stats")
+    me = store_owner(root)
+    _mlflow_run(client, experiment, "train-000002", me, "FINISHED", t0, t0 + 500)  # the store has it: not twice
+    _mlflow_run(client, experiment, "pruned-00000a", me, "FAILED", t0 + 4000, t0 + 4060)
+    _mlflow_run(client, experiment, "pruned-00000b", me, "FINISHED", t0 + 5000, t0 + 5100)
+    _mlflow_run(client, experiment, "theirs-00000c", "someone-else", "FAILED", t0 + 4000, t0 + 4001)
+
+    doc = json.loads(_cli(capsys, "--json", "--tracking-uri", uri))
+    assert doc["sources"][-1] == {"store": f"mlflow:{uri}", "user": me}
+    assert doc["runs"]["total"] == 6 and doc["runs"]["succeeded"] == 3 and doc["runs"]["failed"] == 2
+    assert [(i["job"], i["recovered_s"]) for i in doc["recovery"]["incidents_list"]] == [
+        ("work/train.ipynb#cell-a", pytest.approx(400.0)), ("eval", None), ("pruned", pytest.approx(1040.0))]
+    local = next(b for b in doc["backends"] if b["backend"] == "local")
+    assert (local["runs"], local["attempts"]) == (5, 7)
+    assert local["process_hours"] == pytest.approx((2 * 398 + 4 * 120 + 30 + 2 * 60 + 2 * 100) / 3600)
+    assert doc["queue_wait_s"]["count"] == 3  # MLflow does not know when ranks started
+
+    assert json.loads(_cli(capsys, "--json", "--tracking-uri", "none"))["runs"]["total"] == 4
+    garbage = tmp_path / "not-a-database.db"
+    garbage.write_bytes(b"this is not sqlite" * 100)
+    assert main(["stats", "--tracking-uri", f"sqlite:///{garbage}"]) != 0
+    assert "could not read nbtrain runs from MLflow at sqlite:///" in capsys.readouterr().err

@@ -36,6 +36,11 @@ class NoNbtrainAuthorizer(Authorizer):
         return resource != "nbtrain"
 
 
+@pytest.fixture(autouse=True)
+def _no_mlflow(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)  # the store alone, for the CLI and the server alike
+
+
 @pytest.fixture
 def jp_server_config(home: Path) -> dict[str, Any]:
     return {"ServerApp": {"jpserver_extensions": {"nbtrain": True}}}
