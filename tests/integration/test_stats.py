@@ -227,3 +227,16 @@ def test_runs_pruned_from_the_store_are_read_from_mlflow(store_root: tuple[Path,
     garbage.write_bytes(b"this is not sqlite" * 100)
     assert main(["stats", "--tracking-uri", f"sqlite:///{garbage}"]) != 0
     assert "could not read nbtrain runs from MLflow at sqlite:///" in capsys.readouterr().err
+
+
+def test_the_magic_prints_the_same_figures(shell: Any, home: Path, monkeypatch: pytest.MonkeyPatch,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    known_store(home, time.time())
+    shell.run_line_magic("nbtrain", "stats --json --since all")
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["runs"]["total"], doc["runs"]["succeeded"], doc["checkpoint_recovery"]["rate"]) == (5, 3, 1.0)
+    shell.run_line_magic("nbtrain", "stats")
+    assert "runs: 4 (2 succeeded, 1 failed, 1 cancelled, 0 not finished)" in capsys.readouterr().out.splitlines()
+    shell.run_line_magic("nbtrain", "help")
+    assert "stats [--since 30d] [--json]" in capsys.readouterr().out
