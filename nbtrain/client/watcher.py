@@ -11,7 +11,9 @@ uses about :data:`WATCH_SHARE` of a core (:func:`watch_wait`; never longer than 
 so long that a round reads more than :data:`BYTES_PER_ROUND` of lines: a round's lines are in memory at once).
 Reading less often only makes the blocks bigger: every line and event still arrives, once. Its rounds also
 skip the ranks' files that were idle last time (``StoreCursor.poll(skip_idle=True)``); the final round after
-the run ended, and every :meth:`RunWatcher.sync` called from outside, read every file.
+the run ended, and every :meth:`RunWatcher.sync` called from outside, read every file. After every few tens of
+MB read, and at the end, the thread hands the freed heap back (:mod:`nbtrain.client.heap`): what it read is freed,
+but the C library would keep it resident.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from collections.abc import Callable
 
 from nbtrain.backends.base import Backend, RunHandle
 from nbtrain.backends.storecursor import StoreCursor
+from nbtrain.client.heap import release_free_memory, trim_due
 from nbtrain.model import Batch, RunState, RunStatus
 from nbtrain.view import RunView
 
@@ -105,7 +108,8 @@ class RunWatcher:
 
     def _loop(self) -> None:
         cost, rate, wait = 0.0, 0.0, WATCH_PERIOD_S  # a round's CPU seconds, log bytes/s (smoothed); the wait
-        last = time.monotonic()
+        last = trimmed = time.monotonic()
+        since_trim = 0  # log bytes read since the heap was last trimmed (nbtrain.client.heap)
         while not self._stop.is_set():
             started, read = time.thread_time(), 0
             try:
@@ -117,8 +121,13 @@ class RunWatcher:
                 status = RunStatus(RunState.RUNNING)
             if status.state.terminal:
                 self._drain()
+                release_free_memory()
                 return
             now = time.monotonic()
+            since_trim += read
+            if trim_due(since_trim, now - trimmed):
+                release_free_memory()
+                since_trim, trimmed = 0, now
             cost += 0.3 * (time.thread_time() - started - cost)
             rate += 0.3 * (read / max(now - last, 1e-3) - rate)
             last = now
