@@ -27,6 +27,11 @@ def duration(seconds: float | None) -> str:
     return f"{seconds / 3600:.2f} h" if seconds < 2 * 86400 else f"{seconds / 86400:.1f} d"
 
 
+def _n(count: int, word: str) -> str:
+    """``1 run``, ``3 runs``."""
+    return f"{count} {word}" if count == 1 else f"{count} {word}s"
+
+
 def _percent(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.1f}%"
 
@@ -62,8 +67,8 @@ def to_json(stats: Stats, sources: Sequence[Source] = ()) -> dict[str, Any]:
 
 def _summary(s: Summary, what: str) -> str:
     if not s.count:
-        return f"no {what}"
-    return (f"{s.count} {what}: mean {duration(s.mean)}, median {duration(s.p50)}, p90 {duration(s.p90)}, "
+        return f"no {what}s"
+    return (f"{_n(s.count, what)}: mean {duration(s.mean)}, median {duration(s.p50)}, p90 {duration(s.p90)}, "
             f"max {duration(s.max)}")
 
 
@@ -79,14 +84,14 @@ def to_text(stats: Stats, sources: Sequence[Source] = ()) -> str:
     for u in stats.users:
         got = (duration(u.time_to_first_distributed_s) if u.time_to_first_distributed_s is not None
                else "no successful distributed run yet")
-        lines.append(f"  {u.user}: {got} ({u.runs} runs, first {_when(u.first_run)})")
+        lines.append(f"  {u.user}: {got} ({_n(u.runs, 'run')}, first {_when(u.first_run)})")
     lines.append(f"runs: {stats.runs} ({stats.succeeded} succeeded, {stats.failed} failed, "
                  f"{stats.cancelled} cancelled, {stats.live} not finished)")
     lines.append(f"success rate: {_percent(stats.success_rate)} (succeeded / (succeeded + failed))")
     recovered = stats.time_to_recover
-    lines.append(f"time to recover: {_summary(recovered, 'recovered failures')}; "
+    lines.append(f"time to recover: {_summary(recovered, 'recovered failure streak')}; "
                  f"{stats.unrecovered} not recovered yet")
-    lines.append(f"queue wait (submitted -> all ranks started): {_summary(stats.queue_wait, 'attempts')}")
+    lines.append(f"queue wait (submitted -> all ranks started): {_summary(stats.queue_wait, 'attempt')}")
     if stats.templates_recorded:
         lines.append(f"templates: {stats.template_runs} of {stats.runs} runs ({_percent(stats.template_share)})")
     else:
@@ -99,5 +104,5 @@ def to_text(stats: Stats, sources: Sequence[Source] = ()) -> str:
         lines.append("  no runs")
     for b in stats.backends:
         lines.append(f"  {b.backend}: {b.process_hours:.3f} process-hours, {b.gpu_hours:.3f} GPU-hours "
-                     f"({b.runs} runs, {b.attempts} attempts)")
+                     f"({_n(b.runs, 'run')}, {_n(b.attempts, 'attempt')})")
     return "\n".join(lines)

@@ -152,14 +152,14 @@ def test_text_report_lines(store_root: tuple[Path, float], capsys: pytest.Captur
     assert f"  {store_owner(root)}: 30.0 d (5 runs, first " in "\n".join(lines)
     assert "runs: 4 (2 succeeded, 1 failed, 1 cancelled, 0 not finished)" in lines
     assert "success rate: 66.7% (succeeded / (succeeded + failed))" in lines
-    assert "time to recover: 1 recovered failures: mean 6.7 min, median 6.7 min, p90 6.7 min, max 6.7 min; " \
+    assert "time to recover: 1 recovered failure streak: mean 6.7 min, median 6.7 min, p90 6.7 min, max 6.7 min; " \
            "1 not recovered yet" in lines
     assert "queue wait (submitted -> all ranks started): 3 attempts: mean 14.7 s, median 10.0 s, p90 30.0 s, " \
            "max 30.0 s" in lines
     assert ("checkpoint recovery: 1 of 1 resumed attempts with a checkpoint succeeded (100.0%); "
             "2 resumed attempts in all") in lines
     assert "  local: 0.363 process-hours, 0.000 GPU-hours (3 runs, 5 attempts)" in lines
-    assert "  slurm: 8.000 process-hours, 8.000 GPU-hours (1 runs, 1 attempts)" in lines
+    assert "  slurm: 8.000 process-hours, 8.000 GPU-hours (1 run, 1 attempt)" in lines
 
 
 def test_prometheus_output_parses(store_root: tuple[Path, float], capsys: pytest.CaptureFixture[str]) -> None:
