@@ -18,7 +18,7 @@ from nbtrain.errors import SpecError
 
 __all__ = [
     "BACKEND_NAMES", "FLAVORS", "LIMITS", "NUMBER_LIMITS", "STRATEGY_OPTIONS", "Device", "FsdpSharding", "FsdpStateDict",
-    "FsdpWrap", "JobSpec", "MixedPrecision", "Strategy", "ZeroOffload", "choices_of",
+    "FsdpWrap", "JobSpec", "MixedPrecision", "Strategy", "ZeroOffload", "choices_of", "split_volume",
 ]
 
 _NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -208,6 +208,7 @@ class JobSpec:
     cpu: str | None = None
     memory: str | None = None
     secret_env: Mapping[str, str] = field(default_factory=dict)  # ENV_NAME -> "secret-name/key" (by reference)
+    volumes: tuple[str, ...] = ()  # "CLAIM:/mount/path": a PersistentVolumeClaim mounted on every pod
     # Slurm options (used by the slurm backend only): each becomes one #SBATCH line of the attempt's batch script.
     partition: str | None = None
     account: str | None = None
@@ -240,6 +241,9 @@ class JobSpec:
                     "key KEY of the Kubernetes Secret SECRET), e.g. HF_TOKEN=hf-credentials/token."
                 )
         object.__setattr__(self, "tolerations", tuple(dict(t) for t in self.tolerations))
+        object.__setattr__(self, "volumes", tuple(self.volumes))
+        for volume in self.volumes:
+            split_volume(volume)
         _check_int("--nodes", self.nodes, *LIMITS["nodes"])
         _check_int("--gpus", self.procs_per_node, *LIMITS["procs_per_node"])
         _check_int("--max-restarts", self.max_restarts, *LIMITS["max_restarts"])
@@ -316,6 +320,7 @@ class JobSpec:
             if isinstance(value, enum.Enum):
                 out[key] = value.value
         out["tolerations"] = [dict(t) for t in self.tolerations]
+        out["volumes"] = list(self.volumes)
         return out
 
     @classmethod
@@ -326,6 +331,19 @@ class JobSpec:
         if "tolerations" in values:
             values["tolerations"] = tuple(values["tolerations"])
         return cls(**values)
+
+
+def split_volume(text: str) -> tuple[str, str]:
+    """``"CLAIM:/mount/path"`` as ``(claim, mount path)``; SpecError naming the value when it is not of that form.
+
+    Only the form is checked here; what the cluster requires of the names and paths is checked by the kubernetes
+    backend (:func:`nbtrain.backends.kubernetes.validate.check_spec`), before anything is created.
+    """
+    claim, sep, path = str(text).partition(":")
+    if not isinstance(text, str) or not sep or not claim or not path.startswith("/"):
+        raise SpecError(f"--volume {text!r}: write it as CLAIM:/mount/path (a PersistentVolumeClaim's name, then the "
+                        "absolute path where every pod mounts it), e.g. --volume training-data:/data.")
+    return claim, path
 
 
 def _field_defaults() -> dict[str, Any]:

@@ -76,7 +76,9 @@ describe("the dialog's choices", () => {
 
   it("mark which backends honour each option", () => {
     assert.deepEqual(JOB_OPTIONS.options["--namespace"].backends, ["kubernetes"]);
-    assert.deepEqual(JOB_OPTIONS.options["--max-restarts"].backends, ["local", "slurm"]);
+    assert.deepEqual(JOB_OPTIONS.options["--max-restarts"].backends, ["local", "kubernetes", "slurm"]);  // k8s: with --volume
+    assert.deepEqual(JOB_OPTIONS.options["--volume"].backends, ["kubernetes"]);
+    assert.deepEqual(JOB_OPTIONS.options["--hang-timeout"].backends, ["local", "slurm"]);
     assert.equal(JOB_OPTIONS.options["--name"].backends, null);
   });
 });

@@ -25,7 +25,7 @@ def dialog_data() -> dict[str, Any]:
             "default": option.default_json, "min": limits[0] if limits else None,
             "max": limits[1] if limits else None, "help": option.help,
             "backends": None if option.backends is None else [b for b in BACKENDS if b in option.backends],
-            "toml": option.toml, "repeatable": option.kind in ("pairs", "tolerations"),
+            "toml": option.toml, "repeatable": option.kind in ("pairs", "tolerations", "list"),
         }
     backends = [{"name": b.name, "title": b.title, "does": b.does} for b in BACKENDS.values()]
     return {"backends": backends, "options": options}
@@ -53,7 +53,19 @@ def _type_text(option: Option) -> str:
     if option.number_limits:
         return f"number > {option.number_limits[0]:g}, ≤ {option.number_limits[1]:.0f}"
     return {"int": "integer", "float": "number", "str": "text", "switch": "switch",
-            "pairs": f"{option.metavar}, repeatable", "tolerations": f"{option.metavar}, repeatable"}[option.kind]
+            "pairs": f"{option.metavar}, repeatable", "tolerations": f"{option.metavar}, repeatable",
+            "list": f"{option.metavar}, repeatable"}[option.kind]
+
+
+def _honoured(option: Option, backend: str) -> str:
+    """A backend's cell of the reference: yes, no, or the option that must come with it."""
+    if option.backends is not None and backend not in option.backends:
+        return "no"
+    needed = (option.needs or {}).get(backend)
+    if needed is None:
+        return "yes"
+    flags = [o.flag for o in OPTIONS if o.field == needed[0]]
+    return f"with {flags[0] if flags else needed[0]}"
 
 
 def markdown() -> str:
@@ -65,7 +77,7 @@ def markdown() -> str:
         where = {MAGIC_ONLY: "Notebook only. ", CLI_ONLY: "`nbtrain submit` only. "}.get(option.surfaces, "")
         cells = [flag.replace("|", "\\|"), _type_text(option), option.default_shown or "—",
                  f"`{option.toml}`" if option.toml else "—",
-                 *("yes" if option.backends is None or b in option.backends else "no" for b in BACKENDS),
+                 *(_honoured(option, b) for b in BACKENDS),
                  where + option.help]
         rows.append("| " + " | ".join(cells) + " |")
     intro = ("Generated from `nbtrain/flags/table.py` by `python -m nbtrain.flags --write`; do not edit by hand. "

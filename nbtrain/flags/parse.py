@@ -42,7 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser, surface: Surface, *, spec_onl
             kwargs.update(action="store_const", const=not option.default)
         else:
             kwargs["metavar"] = option.metavar or "|".join(option.choices) or None
-            if option.kind in ("pairs", "tolerations"):
+            if option.kind in ("pairs", "tolerations", "list"):
                 kwargs["action"] = "append"
             else:
                 kwargs["type"] = {"int": int, "float": float}.get(option.kind, str)
@@ -124,5 +124,7 @@ def spec_from_namespace(ns: argparse.Namespace, base: JobSpec | None = None) -> 
                 value = {**getattr(spec, option.field), **value}
         elif option.kind == "tolerations":
             value = _tolerations(value or [])
+        elif option.kind == "list":
+            value = tuple(value or ())
         changes[option.field] = value
     return spec.with_changes(**changes) if changes else spec

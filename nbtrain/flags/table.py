@@ -16,7 +16,7 @@ __all__ = [
     "Surface", "option_for_flag", "options_for",
 ]
 
-Kind = Literal["int", "float", "str", "choice", "switch", "pairs", "tolerations"]
+Kind = Literal["int", "float", "str", "choice", "switch", "pairs", "tolerations", "list"]
 Surface = Literal["magic", "cli"]
 SURFACES: tuple[Surface, ...] = ("magic", "cli")
 _BOTH: frozenset[Surface] = frozenset(SURFACES)
@@ -46,7 +46,10 @@ _K8S = frozenset({"kubernetes"})
 _SLURM = frozenset({"slurm"})
 # the nbtrain supervisor (local: on this machine; Slurm: inside the allocation) restarts gangs, keeps checkpoints
 # on a shared filesystem and watches the ranks' progress
-_CHECKPOINTS = frozenset({"local", "slurm"})
+# on Kubernetes through a PersistentVolumeClaim every pod mounts (--volume): see _NEEDS_VOLUME
+_CHECKPOINTS = frozenset({"local", "slurm", "kubernetes"})
+_NEEDS_VOLUME: Mapping[str, tuple[str, str]] = {"kubernetes": (
+    "volumes", "keeps checkpoints only on a volume every pod mounts, and restarts only from them")}
 _SUPERVISED = frozenset({"local", "slurm"})
 _LOCAL = frozenset({"local"})
 
@@ -65,9 +68,10 @@ class Option:
     ``field`` is the JobSpec field it sets (None: a surface-only option such as ``--out``); ``default``
     is then JobSpec's own default. ``backends`` are the backends that honour it (None: not a backend
     matter, applied before any backend sees the job: capture, tracking, naming). ``why``/``instead``
-    finish a refusal for a backend outside ``backends``. ``merge``: repeated NAME=VALUE flags add to
-    the base spec's mapping (nbtrain.toml's) instead of replacing it. ``env``: the environment
-    variable that changes the default.
+    finish a refusal for a backend outside ``backends``. ``needs``: a backend of ``backends`` that honours the
+    option only together with another option (Kubernetes checkpoints need ``--volume``), and why. ``merge``:
+    repeated NAME=VALUE flags add to the base spec's mapping (nbtrain.toml's) instead of replacing it. ``env``:
+    the environment variable that changes the default.
     """
 
     flag: str
@@ -84,6 +88,8 @@ class Option:
     merge: bool = False
     why: str | None = None
     instead: str | None = None
+    #: backend -> (JobSpec field, why): that backend honours the option only when the field is set too
+    needs: Mapping[str, tuple[str, str]] | None = None
 
     def __post_init__(self) -> None:
         if self.field is not None:
@@ -212,13 +218,16 @@ OPTIONS: tuple[Option, ...] = (
     _o("--no-tracking", "switch", "Don't record the run in MLflow (NBTRAIN_TRACKING=0 turns tracking off "
        "everywhere).", field="tracking", toml="tracking.enabled", default_text="tracked (NBTRAIN_TRACKING=0: not)"),
     _o("--checkpoint-dir", "str", "Checkpoint root for nbtrain.save_checkpoint.", field="checkpoint_dir",
-       toml="job.checkpoint_dir", backends=_CHECKPOINTS, metavar="DIR", default_text="inside the run's directory",
-       why="gives its ranks no checkpoint directory"),
+       toml="job.checkpoint_dir", backends=_CHECKPOINTS, metavar="DIR",
+       default_text="inside the run's directory (Kubernetes: nbtrain-checkpoints on the first --volume)",
+       why="gives its ranks no checkpoint directory", needs=_NEEDS_VOLUME),
     _o("--max-restarts", "int", "Restart a failed gang from its last checkpoint up to K times.",
        field="max_restarts", toml="job.max_restarts", backends=_CHECKPOINTS, metavar="K",
-       why="does not restart a failed gang", instead="resume it by hand with %nbtrain resume RUN"),
+       why="does not restart a failed gang", instead="resume it by hand with %nbtrain resume RUN",
+       needs=_NEEDS_VOLUME),
     _o("--keep-checkpoints", "int", "Complete checkpoints kept per run.", field="keep_checkpoints",
-       toml="job.keep_checkpoints", backends=_CHECKPOINTS, metavar="N", why="keeps no checkpoints"),
+       toml="job.keep_checkpoints", backends=_CHECKPOINTS, metavar="N", why="keeps no checkpoints",
+       needs=_NEEDS_VOLUME),
     _o("--namespace", "str", "Kubernetes namespace.", field="namespace", toml="kubernetes.namespace",
        backends=_K8S, metavar="NAMESPACE", default_text="the kubeconfig context's"),
     _o("--queue", "str", "Kueue LocalQueue: the job waits for all-or-nothing admission.", field="queue",
@@ -239,6 +248,10 @@ OPTIONS: tuple[Option, ...] = (
     _o("--secret-env", "pairs", "Environment variable filled from a Kubernetes Secret, by reference "
        "(repeatable).", field="secret_env", toml="kubernetes.secret_env", backends=_K8S,
        metavar="NAME=SECRET/KEY", merge=True),
+    _o("--volume", "list", "PersistentVolumeClaim mounted on every pod of every attempt at an absolute path "
+       "(repeatable): shared storage for checkpoints (--checkpoint-dir under it), --max-restarts and resume, and "
+       "data.", field="volumes", toml="kubernetes.volumes", backends=_K8S, metavar="CLAIM:/MOUNT/PATH",
+       why="reads and writes this machine's files: give a directory instead (--checkpoint-dir)"),
     _o("--partition", "str", "Slurm partition the job runs in.", field="partition", toml="slurm.partition",
        backends=_SLURM, metavar="PARTITION", default_text="the cluster's default"),
     _o("--account", "str", "Slurm account charged for the job.", field="account", toml="slurm.account",
@@ -271,8 +284,6 @@ OPTIONS: tuple[Option, ...] = (
        default=False),
     _o("--quiet", "switch", "No progress line while waiting.", surfaces=CLI_ONLY, default=False),
     _o("--json", "switch", "Print the run as JSON.", surfaces=CLI_ONLY, default=False),
-    _o("--profile", "str", "Start from this profile's options (`nbtrain templates list`); flags override them, "
-       "except those it locks. --dry-run shows where each value came from (docs/templates.md).", metavar="NAME"),
 )
 
 #: JobSpec fields that deliberately have no option, with the reason (none today: every field is an option).

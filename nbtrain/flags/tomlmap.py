@@ -13,7 +13,7 @@ __all__ = ["TOML_TABLES", "TomlError", "spec_from_toml", "spec_to_toml"]
 
 _TOML_TYPES: Mapping[str, tuple[type, ...]] = {
     "int": (int,), "float": (int, float), "str": (str,), "choice": (str,), "switch": (bool,),
-    "pairs": (dict,), "tolerations": (list,),
+    "pairs": (dict,), "tolerations": (list,), "list": (list,),
 }
 TOML_TABLES = ("job", "strategy", "tracking", "kubernetes", "slurm")
 

@@ -115,15 +115,18 @@ def local_under_test(home: Path) -> Iterator[LocalUnderTest]:
 
 # -- kubernetes ------------------------------------------------------------------------------------
 class KubernetesUnderTest(BackendUnderTest):
-    """Pods on the fake cluster; this process only mirrors the run (the cluster controls the gang)."""
+    """Pods on the fake cluster; this process only mirrors the run (the cluster controls the gang).
+
+    Every job mounts the claim :data:`CONTRACT_CLAIM` at :data:`CONTRACT_MOUNT` (a host directory of the fake), so
+    checkpoints, ``--max-restarts`` and resume are honoured, as they are on a cluster with such a volume.
+    """
 
     name = "kubernetes"
-    refused: ClassVar[Mapping[str, Any]] = {"max_restarts": 1, "checkpoint_dir": "/tmp/nbtrain-contract-checkpoints",
-                                            "keep_checkpoints": 5, "warm": True}
+    refused: ClassVar[Mapping[str, Any]] = {"warm": True, "oversubscribe": True}
     gang_outlives_controller = True
 
     def __init__(self, store: Store, backend: Any, cluster: Any) -> None:
-        super().__init__(store, backend)
+        super().__init__(store, backend, volumes=(f"{CONTRACT_CLAIM}:{CONTRACT_MOUNT}",))
         self.cluster = cluster
 
     def kill_controller(self, run: Run) -> None:
@@ -147,6 +150,8 @@ class KubernetesUnderTest(BackendUnderTest):
 
 
 _kubernetes_fixtures = kubernetes_fixtures
+CONTRACT_CLAIM = "nbtrain-contract"
+CONTRACT_MOUNT = "/data"
 
 
 @contract_backend("kubernetes")
@@ -156,6 +161,7 @@ def kubernetes_under_test(home: Path, tmp_path: Path, monkeypatch: pytest.Monkey
     from nbtrain.backends.kubernetes import KubernetesBackend
 
     with _kubernetes_fixtures().running_cluster(tmp_path, monkeypatch) as cluster:
+        cluster.add_claim(_kubernetes_fixtures().NAMESPACE, CONTRACT_CLAIM)
         store = Store(home)
         subject = KubernetesUnderTest(store, KubernetesBackend(store), cluster)
         try:

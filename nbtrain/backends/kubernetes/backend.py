@@ -30,12 +30,13 @@ from nbtrain.backends.base import Capabilities, Plan, RunHandle, StoreBackedBack
 from nbtrain.backends.kubernetes import manifests as mf
 from nbtrain.backends.kubernetes import names as nm
 from nbtrain.backends.kubernetes.api import KubeApi, kubeconfig_namespace
+from nbtrain.backends.kubernetes.attempts import cancel_restart, follow, write_handle
 from nbtrain.backends.kubernetes.config import KubeOptions
 from nbtrain.backends.kubernetes.errors import KubeApiError, KubeSpecError
 from nbtrain.backends.kubernetes.files import KEY_FILE, AttemptFiles
 from nbtrain.backends.kubernetes.mirror import Mirror, Target
 from nbtrain.backends.kubernetes.payload import RUNTIME_PATH, build_payload
-from nbtrain.backends.kubernetes.pod import EVENT_KEY_FIELD, PodInputs, preflight_files
+from nbtrain.backends.kubernetes.pod import EVENT_KEY_FIELD, PodInputs, checkpoint_root, preflight_files
 from nbtrain.backends.kubernetes.podstate import parse_time
 from nbtrain.backends.kubernetes.validate import check_spec
 from nbtrain.backends.storecursor import StoreCursor
@@ -70,8 +71,9 @@ class KubernetesBackend(StoreBackedBackend):
     """Runs gangs as pods on a Kubernetes cluster. See :class:`nbtrain.backends.base.Backend`."""
 
     name = "kubernetes"
-    # No volume every pod shares yet: no checkpoints, so no automatic restarts (refused by plan()).
-    capabilities = Capabilities(restarts=False, checkpoints=False, gpus=True, multi_node=True, shared_store=False)
+    # Checkpoints and automatic restarts through a PersistentVolumeClaim every pod mounts (--volume; refused
+    # without one by plan()): a restart is a new workload, see .attempts.
+    capabilities = Capabilities(restarts=True, checkpoints=True, gpus=True, multi_node=True, shared_store=False)
 
     def __init__(self, store: Store | None = None, *, options: KubeOptions | None = None) -> None:
         super().__init__(store)
@@ -87,11 +89,14 @@ class KubernetesBackend(StoreBackedBackend):
             return self._apis[context]
 
     # -- plan (pure) ----------------------------------------------------------------------------
-    def _plan(self, spec: JobSpec, bundle_dir: str, bundle_digest: str, run_id: str, *, attempt: int = 0) -> Plan:
+    def _plan(self, spec: JobSpec, bundle_dir: str, bundle_digest: str, run_id: str, *, attempt: int = 0,
+              restart_budget: int | None = None) -> Plan:
         """Build the manifests of ``spec`` (no API call; reads the kubeconfig for its namespace).
 
-        Raises SpecError for what the cluster would refuse: no image, invalid names or quantities,
-        secret-looking ``--env`` values, a bundle over the ConfigMap limit.
+        Raises SpecError for what the cluster would refuse: no image, invalid names or quantities, a ``--volume``
+        or ``--checkpoint-dir`` nbtrain cannot use, secret-looking ``--env`` values, a bundle over the ConfigMap
+        limit. ``restart_budget``: the last attempt automatic restarts may reach (default ``attempt +
+        --max-restarts``).
         """
         options = self.options
         image = spec.image or options.image
@@ -139,6 +144,9 @@ class KubernetesBackend(StoreBackedBackend):
             f"rendezvous: {names.main_address}:{options.port}",
             f"bundle:    ConfigMap {names.configmap}, {payload.size / 1024:.0f} KiB (bundle + nbtrain runtime)",
             f"events:    pod stdout lines tagged with a per-attempt key, made at submit, in Secret {secret}",
+            *([f"volumes:   {', '.join(spec.volumes)}; checkpoints in {checkpoint_root(spec, run_id)}"
+               + (f"; up to {spec.max_restarts} automatic restart(s), each a new {workload.kind}"
+                  if spec.max_restarts else "")] if spec.volumes else []),
             "manifests (applied in this order):",
             mf.describe(objects),
         ])
@@ -155,6 +163,7 @@ class KubernetesBackend(StoreBackedBackend):
             "world_size": spec.world_size,
             "queue": spec.queue,
             "timeout_s": spec.timeout_s,
+            "restart_budget": attempt + spec.max_restarts if restart_budget is None else restart_budget,
             "use_gpu": use_gpu,
             "objects": objects,
             "event_key_secret": secret,
@@ -163,6 +172,14 @@ class KubernetesBackend(StoreBackedBackend):
             "describe": describe,
         }
         return Plan(self.name, run_id, spec, bundle_digest, bundle_dir, request, tuple(notices), attempt)
+
+    def plan_restart(self, spec: JobSpec, bundle_dir: str, bundle_digest: str, run_id: str, *, attempt: int,
+                     restart_budget: int) -> Plan:
+        """The plan of an automatic restart (:mod:`.attempts`): the same checkpoint root, the original budget."""
+        from nbtrain.flags import check_supported
+
+        check_supported(spec, self.name)
+        return self._plan(spec, bundle_dir, bundle_digest, run_id, attempt=attempt, restart_budget=restart_budget)
 
     # -- I/O ------------------------------------------------------------------------------------
     def submit(self, plan: Plan, *, dry_run: bool = False) -> RunHandle:
@@ -212,6 +229,7 @@ class KubernetesBackend(StoreBackedBackend):
             raise
         data = {k: request[k] for k in ("attempt", "namespace", "context", "flavor", "kind", "name", "nodes",
                                          "procs", "world_size", "queue", "timeout_s", "notices")}
+        data["restart_budget"] = int(request.get("restart_budget", 0))
         data["uid"] = owner["metadata"].get("uid")
         data["event_key_secret"] = request.get("event_key_secret")
         handle = RunHandle(self.name, plan.run_id, data)
@@ -219,6 +237,7 @@ class KubernetesBackend(StoreBackedBackend):
             return handle
         root.mkdir(parents=True, exist_ok=True)
         (root / "manifests.yaml").write_text(yaml.safe_dump_all(applied, sort_keys=False), encoding="utf-8")
+        write_handle(root, handle)
         self._mirror(handle)
         return handle
 
@@ -259,6 +278,7 @@ class KubernetesBackend(StoreBackedBackend):
             namespace=str(d["namespace"]), flavor=str(d.get("flavor", "job")), kind=str(d.get("kind", "Job")),
             name=str(d["name"]), nodes=int(d.get("nodes", 1)), procs=int(d.get("procs", 1)),
             queue=d.get("queue"), timeout_s=d.get("timeout_s"), notices=tuple(d.get("notices") or ()),
+            restart_budget=int(d.get("restart_budget") or 0),
         )
 
     def _root(self, handle: RunHandle) -> Path:
@@ -281,9 +301,23 @@ class KubernetesBackend(StoreBackedBackend):
             return mirror
 
     def status(self, handle: RunHandle) -> RunStatus:
-        """From this process's mirror; else status.json (the verdict, or another mirroring process's view)."""
+        """From this process's mirror; else status.json (the verdict, or another mirroring process's view).
+
+        Of ``handle``'s attempt or of the automatic restarts that followed it (started here when due: .attempts);
+        a failed attempt that is being restarted is STARTING, "restarting after" its failure.
+        """
         if "name" not in handle.data:
             return RunStatus(RunState.PENDING)
+        handle = follow(self, handle)
+        status = self._attempt_status(handle)
+        if status.state is RunState.FAILED and (AttemptFiles(self._root(handle)).read_status() or {}).get("retrying"):
+            why = status.failure.summary() if status.failure else "a failure"
+            return RunStatus(RunState.STARTING, status.attempt, status.started, None, status.failure,
+                             detail=f"restarting after: {why}")
+        return status
+
+    def _attempt_status(self, handle: RunHandle) -> RunStatus:
+        """The state of ``handle``'s own attempt."""
         root = self._root(handle)
         with _mirrors_lock:
             mirror = _mirrors.get(root)
@@ -309,9 +343,16 @@ class KubernetesBackend(StoreBackedBackend):
         """A finished pod's log is copied into the store first (bounded wait)."""
         if "name" not in handle.data:
             return
+        handle = follow(self, handle)
         mirror = self._mirror(handle)
         if mirror is not None:
             mirror.wait_drained(10.0, finished_only=True)
+
+    def cancel(self, handle: RunHandle) -> None:
+        """See :meth:`Backend.cancel`; a restart that is due but not started is cancelled first (never started)."""
+        if "name" in handle.data and cancel_restart(self, handle):
+            return
+        super().cancel(handle)
 
     def _cancel_existing(self, handle: RunHandle) -> None:
         """Delete the workload with foreground propagation (its pods, ConfigMap and Service go with it).
@@ -320,6 +361,7 @@ class KubernetesBackend(StoreBackedBackend):
         """
         if "name" not in handle.data:
             return
+        handle = follow(self, handle, start=False)
         target = self._target(handle)
         mirror = self._mirror(handle)
         if mirror is not None:
@@ -422,7 +464,7 @@ class _KubeCursor:
         """See :class:`nbtrain.backends.base.RunCursor`. ``max_lines=0`` skips logs."""
         if "name" in self.handle.data:
             try:
-                self.backend._mirror(self.handle)
+                self.backend._mirror(follow(self.backend, self.handle))
             except NbtrainError:
                 pass  # no cluster configuration here: what was mirrored before is still readable
         return self.files.poll(max_lines=max_lines)

@@ -43,6 +43,7 @@ from nbtrain.backends.kubernetes.podstate import (
     first_failure,
     follow_order,
     live_state,
+    missing_claim,
     owner_state,
     pod_info,
     preemptable,
@@ -115,6 +116,7 @@ class Mirror:
         self._last_events_check = 0.0
         self._missing_pods = ""  # why pods cannot be created, from the workload's Events
         self._create_failed: tuple[str, str] | None = None  # (reason, message) of a refusal retrying cannot fix
+        self._missing_claim: tuple[PodInfo, str] | None = None  # a pod waiting for a claim that does not exist
         self._workload_outcome: dict[str, str] | None = None  # how the workload ended, as kept in status.json
         self._last_copy = time.monotonic()  # when log lines were last copied into the store
 
@@ -320,7 +322,14 @@ class Mirror:
             "state": status.state.value, "attempt": self.t.attempt, "started": status.started,
             "ended": status.ended, "failure": status.failure.to_dict() if status.failure else None,
             "detail": status.detail, "updated": time.time(), "workload": self._workload_outcome,
+            "retrying": self._will_retry(status.state),
         })
+
+    def _will_retry(self, state: RunState) -> bool:
+        """A FAILED verdict of this attempt is followed by a new attempt (``--max-restarts``; not after a cancel, nor
+        when a claim is missing: a new attempt would wait for it too)."""
+        return (state is RunState.FAILED and not self.files.cancel_requested and self._missing_claim is None
+                and self.t.attempt < self.t.restart_budget)
 
     def _note_rank_event(self, event: Event) -> None:
         if event.rank is None:
@@ -338,11 +347,13 @@ class Mirror:
         with self._lock:
             done, errors = len(self.rank_done), bool(self.rank_errors)
         running = any(i.running and not i.terminated for i in current)
+        if self._missing_claim is None:
+            self._missing_claim = missing_claim(current)
         ended = (owner.outcome is not None or not owner.exists) and not running
         return Observation(
             now=time.monotonic(), world=self.t.world, ranks_done=done,
             rank_failed=(errors or any(i.failed for i in current) or owner.outcome is RunState.FAILED
-                         or self._create_failed is not None),
+                         or self._create_failed is not None or self._missing_claim is not None),
             gang_ended=ended, gang_clean=ended and owner.outcome is RunState.SUCCEEDED,
             cancel_requested=self.files.cancel_requested,
             store_full=self.files.disk_full is not None,
@@ -463,7 +474,14 @@ class Mirror:
                          "by someone) before nbtrain copied all of its pods' logs: the outcome is the one the API "
                          "showed; logs, metrics and the result end where the copy stopped")
         elif state is RunState.FAILED:
-            if self._create_failed is not None and not self.rank_errors and not any(i.failed for i in infos):
+            if self._missing_claim is not None and not self.rank_errors and not any(i.failed for i in infos):
+                pod, claim = self._missing_claim
+                failure = Failure(reason=(
+                    f"pod {pod.name} cannot start: its --volume claim {claim!r} does not exist in namespace "
+                    f"{self.t.namespace} (the scheduler: {pod.unschedulable}); nbtrain deleted the {self.t.kind}. "
+                    f"Create the PersistentVolumeClaim (kubectl get pvc -n {self.t.namespace} lists those there) or "
+                    "fix --volume, then submit again"))
+            elif self._create_failed is not None and not self.rank_errors and not any(i.failed for i in infos):
                 why, message = self._create_failed
                 failure = Failure(reason=(
                     f"the {self.t.kind} {self.t.name} could not create its pods ({why}): {message}; nbtrain deleted it. "
@@ -478,11 +496,15 @@ class Mirror:
                 failure = self._failure(owner, infos)
             reason = failure.summary()
         ended = time.time()
+        retrying = self._will_retry(state)
+        if retrying:
+            reason = (f"{reason}; restarting from the last checkpoint on the volume (attempt {self.t.attempt + 1} of "
+                      f"{self.t.restart_budget})")
         with self._lock:
             self.verdict = RunStatus(state, self.t.attempt, self.started, ended, failure, reason)
         if failure is not None:
             self._emit(EventKind.FAILURE, **failure.to_dict())
-        self._emit(EventKind.STATE, state=state.value, reason=reason)
+        self._emit(EventKind.STATE, state=state.value, reason=reason, retrying=retrying)
         self._write_status()
 
     def _failure(self, owner: OwnerState, infos: list[PodInfo]) -> Failure:

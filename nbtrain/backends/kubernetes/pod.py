@@ -17,7 +17,11 @@ What the pod gets and why:
 - secrets only as ``secretKeyRef``; ``automountServiceAccountToken: false``; the Pod Security
   "restricted" profile (non-root, no privilege escalation, drop ALL, RuntimeDefault seccomp);
 - ``/dev/shm`` as a memory emptyDir (the container runtime's 64 MiB default breaks DataLoader workers)
-  and a writable ``/tmp`` (HOME, TMPDIR and torchelastic's log dir).
+  and a writable ``/tmp`` (HOME, TMPDIR and torchelastic's log dir);
+- each ``--volume CLAIM:/path`` as a ``persistentVolumeClaim`` volume mounted read-write at its path; with
+  volumes the ranks get ``NBTRAIN_CHECKPOINT_DIR`` (``--checkpoint-dir``, else ``nbtrain-checkpoints`` on the
+  first volume, then the run id) and ``NBTRAIN_KEEP_CHECKPOINTS``: every attempt's pods share it, which is
+  what restarts and resume restore from.
 """
 
 from __future__ import annotations
@@ -30,10 +34,12 @@ from nbtrain.backends.kubernetes.config import KubeOptions
 from nbtrain.backends.kubernetes.payload import BUNDLE_PATH, MOUNT_PATH, RUNTIME_PATH, Payload
 from nbtrain.backends.launch import LaunchTarget, accelerate_argv, device_env
 from nbtrain.runtime import context as rt
-from nbtrain.spec import JobSpec
+from nbtrain.runtime.checkpoint import ENV_CHECKPOINT_DIR
+from nbtrain.runtime.checkpoint import ENV_KEEP as ENV_KEEP_CHECKPOINTS
+from nbtrain.spec import JobSpec, split_volume
 
-__all__ = ["CONTAINER", "EVENT_KEY_FIELD", "PREFLIGHT_MODULE", "PodInputs", "container_name", "pod_template",
-           "preflight_files"]
+__all__ = ["CHECKPOINTS_ON_VOLUME", "CONTAINER", "EVENT_KEY_FIELD", "PREFLIGHT_MODULE", "PodInputs", "checkpoint_root",
+           "container_name", "pod_template", "preflight_files"]
 
 CONTAINER = "trainer"
 PYTORCHJOB_CONTAINER = "pytorch"  # the training operator requires this name
@@ -43,6 +49,7 @@ TEE_LOG_DIR = "/tmp/nbtrain-elastic"
 COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 EVENT_KEY_FIELD = "event-key"  # the key of the event key in its Secret's data
 PREFLIGHT_MODULE = "nbtrain_preflight"  # preflight.py, shipped next to the runtime
+CHECKPOINTS_ON_VOLUME = "nbtrain-checkpoints"  # the checkpoint directory on the first volume without --checkpoint-dir
 
 
 def preflight_files() -> dict[str, bytes]:
@@ -97,6 +104,24 @@ def preflight_argv(inputs: PodInputs) -> list[str]:
             "--"]
 
 
+def checkpoint_root(spec: JobSpec, run_id: str) -> str | None:
+    """The run's checkpoint root as the pods see it (on a volume), or None without ``--volume``."""
+    if not spec.volumes:
+        return None
+    base = spec.checkpoint_dir or f"{split_volume(spec.volumes[0])[1]}/{CHECKPOINTS_ON_VOLUME}"
+    return f"{base.rstrip('/')}/{run_id}"
+
+
+def _volumes(spec: JobSpec) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The pod's ``volumes`` and the container's ``volumeMounts`` of ``--volume``."""
+    volumes, mounts = [], []
+    for index, text in enumerate(spec.volumes):
+        claim, path = split_volume(text)
+        volumes.append({"name": f"volume-{index}", "persistentVolumeClaim": {"claimName": claim}})
+        mounts.append({"name": f"volume-{index}", "mountPath": path})
+    return volumes, mounts
+
+
 def _env(spec: JobSpec, inputs: PodInputs) -> list[dict[str, Any]]:
     env: list[dict[str, Any]] = [
         {"name": rt.ENV_RUN_ID, "value": inputs.run_id},
@@ -106,6 +131,10 @@ def _env(spec: JobSpec, inputs: PodInputs) -> list[dict[str, Any]]:
             "name": inputs.event_key_secret, "key": EVENT_KEY_FIELD, "optional": True}}},
         {"name": rt.ENV_COLLECTIVE_TIMEOUT, "value": f"{spec.collective_timeout_s:g}"},
     ]
+    checkpoints = checkpoint_root(spec, inputs.run_id)
+    if checkpoints is not None:
+        env += [{"name": ENV_CHECKPOINT_DIR, "value": checkpoints},
+                {"name": ENV_KEEP_CHECKPOINTS, "value": str(spec.keep_checkpoints)}]
     if inputs.flavor != "pytorchjob":  # the operator sets RANK to the node index instead
         env.append({"name": rt.ENV_NODE_RANK, "valueFrom": {"fieldRef": {
             "fieldPath": f"metadata.annotations['{COMPLETION_INDEX_ANNOTATION}']"}}})
@@ -164,6 +193,7 @@ def _resources(spec: JobSpec, inputs: PodInputs) -> dict[str, Any]:
 def pod_template(spec: JobSpec, inputs: PodInputs, *, subdomain: str | None) -> dict[str, Any]:
     """The PodTemplateSpec shared by every flavor (``subdomain``: the headless Service, Job flavor)."""
     uid = inputs.options.run_as_user
+    volumes, mounts = _volumes(spec)
     container: dict[str, Any] = {
         "name": container_name(inputs.flavor),
         "image": inputs.image,
@@ -186,6 +216,7 @@ def pod_template(spec: JobSpec, inputs: PodInputs, *, subdomain: str | None) -> 
             {"name": "nbtrain", "mountPath": MOUNT_PATH, "readOnly": True},
             {"name": "dshm", "mountPath": "/dev/shm"},
             {"name": "tmp", "mountPath": "/tmp"},
+            *mounts,
         ],
         "workingDir": "/tmp",
     }
@@ -207,6 +238,7 @@ def pod_template(spec: JobSpec, inputs: PodInputs, *, subdomain: str | None) -> 
                                               "defaultMode": 0o444}},
             {"name": "dshm", "emptyDir": {"medium": "Memory"}},
             {"name": "tmp", "emptyDir": {}},
+            *volumes,
         ],
     }
     if subdomain:

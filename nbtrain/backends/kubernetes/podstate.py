@@ -10,6 +10,7 @@ exit code, signal) and torchelastic's per-rank exit codes in the launcher's outp
 from __future__ import annotations
 
 import calendar
+import re
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -20,8 +21,8 @@ from nbtrain.events import Event
 from nbtrain.model import Failure, RunState
 
 __all__ = [
-    "OwnerState", "PodInfo", "first_failure", "follow_order", "live_state", "owner_state", "parse_time", "pod_info",
-    "preemptable",
+    "OwnerState", "PodInfo", "first_failure", "follow_order", "live_state", "missing_claim", "owner_state", "parse_time",
+    "pod_info", "preemptable",
 ]
 
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
@@ -198,6 +199,19 @@ def live_state(owner: OwnerState, pods: Iterable[PodInfo], *, nodes: int, queue:
     if not current:
         detail = "creating pods"
     return Live(RunState.STARTING, detail, tuple(notices))
+
+
+_MISSING_CLAIM = re.compile(r'persistentvolumeclaim "([^"]+)" not found')
+
+
+def missing_claim(pods: Iterable[PodInfo]) -> tuple[PodInfo, str] | None:
+    """A pod the scheduler cannot place because a PersistentVolumeClaim it mounts does not exist, with the claim's
+    name (the scheduler leaves such a pod Pending for ever; nbtrain fails the run naming the claim instead)."""
+    for pod in pods:
+        found = _MISSING_CLAIM.search(pod.unschedulable) if not pod.started else None
+        if found:
+            return pod, found.group(1)
+    return None
 
 
 def follow_order(waiting: Iterable[tuple[str, PodInfo]]) -> list[tuple[str, PodInfo]]:

@@ -24,6 +24,7 @@ class Target:
     queue: str | None = None
     timeout_s: float | None = None
     notices: tuple[str, ...] = ()
+    restart_budget: int = 0  # the last attempt an automatic restart may reach (--max-restarts)
 
     @property
     def selector(self) -> str:

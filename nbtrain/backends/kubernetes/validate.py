@@ -6,13 +6,19 @@ later in a 422 from the cluster.
 
 from __future__ import annotations
 
+import posixpath
 import re
 
+from nbtrain.backends.kubernetes.payload import MOUNT_PATH
 from nbtrain.bundle.secrets import looks_like_secret_name
 from nbtrain.errors import SpecError
-from nbtrain.spec import JobSpec
+from nbtrain.spec import JobSpec, split_volume
 
-__all__ = ["check_spec", "is_quantity"]
+__all__ = ["RESERVED_MOUNTS", "check_spec", "check_volumes", "is_quantity"]
+
+#: Paths of the pod nbtrain mounts itself (the bundle and runtime, /dev/shm, the writable /tmp): no --volume on,
+#: under or above them.
+RESERVED_MOUNTS = (MOUNT_PATH, "/dev/shm", "/tmp")
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -32,6 +38,42 @@ def _label_key_ok(key: str) -> bool:
     if slash and (len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix)):
         return False
     return 0 < len(name) <= 63 and bool(_QUALIFIED_NAME.match(name))
+
+
+def _within(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def check_volumes(spec: JobSpec) -> None:
+    """SpecError for the first ``--volume`` the cluster would refuse or nbtrain cannot use, and for a
+    ``--checkpoint-dir`` that is not on a volume (each pod would then keep its own checkpoints, lost with it)."""
+    seen: dict[str, str] = {}
+    for volume in spec.volumes:
+        claim, path = split_volume(volume)
+        if len(claim) > 253 or not _DNS_SUBDOMAIN.match(claim):
+            raise SpecError(f"--volume {volume}: {claim!r} is not a PersistentVolumeClaim name (lower-case letters, "
+                            "digits, '-' and '.', at most 253 characters); use the name kubectl get pvc shows.")
+        if posixpath.normpath(path) != path or path == "/":
+            raise SpecError(f"--volume {volume}: the mount path {path!r} must be an absolute path without '..', '.', "
+                            f"'//' or a trailing '/', and not '/'; e.g. {posixpath.normpath(path) if path != '/' else '/data'}.")
+        for reserved in RESERVED_MOUNTS:
+            if _within(path, reserved) or _within(reserved, path):
+                raise SpecError(f"--volume {volume}: nbtrain mounts {reserved} in every pod itself, so a volume cannot "
+                                f"be mounted at {path}; choose another path, e.g. --volume {claim}:/data.")
+        if path in seen:
+            raise SpecError(f"--volume {volume}: {path} is already the mount path of --volume {seen[path]}; give "
+                            "each volume its own path.")
+        seen[path] = volume
+    if spec.checkpoint_dir is not None and spec.volumes:
+        directory = spec.checkpoint_dir
+        if not directory.startswith("/") or posixpath.normpath(directory) != directory:
+            raise SpecError(f"--checkpoint-dir {directory!r}: on Kubernetes it is a path inside the pods, absolute and "
+                            f"without '..', under a --volume mount path ({', '.join(seen)}), e.g. "
+                            f"--checkpoint-dir {next(iter(seen))}/checkpoints.")
+        if not any(_within(directory, mount) for mount in seen):
+            raise SpecError(f"--checkpoint-dir {directory}: not under a --volume mount path ({', '.join(seen)}): each "
+                            "pod would keep its own checkpoints and lose them with the pod. Use a directory under one, "
+                            f"e.g. --checkpoint-dir {next(iter(seen))}/checkpoints, or mount a volume that holds it.")
 
 
 def check_spec(spec: JobSpec, *, image: str, namespace: str) -> None:
@@ -60,6 +102,7 @@ def check_spec(spec: JobSpec, *, image: str, namespace: str) -> None:
         secret, _, key = ref.partition("/")
         if len(secret) > 253 or not _DNS_SUBDOMAIN.match(secret) or not _SECRET_KEY.match(key):
             raise SpecError(f"--secret-env {name}={ref}: {secret!r} must be a Secret's name and {key!r} one of its keys.")
+    check_volumes(spec)
     if not spec.allow_secrets:
         for name in spec.env:
             if looks_like_secret_name(name):

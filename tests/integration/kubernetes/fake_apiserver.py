@@ -1,7 +1,7 @@
 """A fake Kubernetes API server for tests: standard-library HTTP on 127.0.0.1, driven by the official client.
 
 It serves just the API paths nbtrain uses — jobs, pods (list, watch, log with ``follow`` over chunked
-HTTP), services, configmaps, secrets, events, and custom resources when their CRD is "installed" — keeps
+HTTP), services, configmaps, secrets, events, persistentvolumeclaims, and custom resources when their CRD is "installed" — keeps
 resourceVersions and a watch history, and runs a Job controller and a kubelet (fake_cluster.py) that
 start each pod's command as a local process. Faults for tests: ``deny`` (403 for a verb/resource),
 ``rbac`` (allow only a Role's rules), ``break_streams`` (drop every open watch/log connection
@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
-CORE = {"pods", "services", "configmaps", "secrets", "events"}
+CORE = {"pods", "services", "configmaps", "secrets", "events", "persistentvolumeclaims"}
 USER = "system:serviceaccount:nbtrain-test:notebook"
 
 
@@ -225,7 +225,7 @@ class FakeApiServer:
 
 
 _ROUTES = [
-    (re.compile(r"^/api/v1/namespaces/([^/]+)/(pods|services|configmaps|secrets|events)(?:/([^/]+))?(?:/(log))?$"),
+    (re.compile(r"^/api/v1/namespaces/([^/]+)/(pods|services|configmaps|secrets|events|persistentvolumeclaims)(?:/([^/]+))?(?:/(log))?$"),
      "core"),
     (re.compile(r"^/apis/(batch)/(v1)/namespaces/([^/]+)/(jobs)(?:/([^/]+))?$"), "group"),
     (re.compile(r"^/apis/([^/]+)/([^/]+)/namespaces/([^/]+)/([^/]+)(?:/([^/]+))?$"), "group"),

@@ -11,8 +11,11 @@ with ``pod_admission`` set, a stand-in for the training operator records FailedC
 Kubelet: each pod's command runs as a local process with the pod's environment (``value``,
 ``fieldRef``, ``secretKeyRef`` — from Secret objects created through the API, or ``secrets`` preset by a
 test; ``optional`` honoured; ``$(VAR)`` expansion; HOSTNAME; JOB_COMPLETION_INDEX), its ConfigMap
-volumes written out as files, emptyDirs as directories (mount paths rewritten to them), and DNS
-names of pods under a headless Service mapped to 127.0.0.1. Its merged stdout/stderr is the pod log.
+volumes written out as files, emptyDirs as directories, ``persistentVolumeClaim`` volumes as one host directory per
+claim (:meth:`FakeCluster.add_claim`; shared by every pod and attempt that mounts it, like a ReadWriteMany volume) —
+mount paths rewritten to them — and DNS
+names of pods under a headless Service mapped to 127.0.0.1. A pod that mounts a claim that does not exist stays
+Pending, unschedulable, with the scheduler's message (``persistentvolumeclaim "NAME" not found``). Its merged stdout/stderr is the pod log.
 Every process of a pod carries ``FAKE_POD_UID`` so deleting the pod ends all of them, as a container
 runtime would (torchelastic's workers run in their own sessions). Log lines are timestamped when read (served
 with ``timestamps``/``sinceTime`` as the API does); ``log_keep_lines`` makes the kubelet rotate: a new log
@@ -198,6 +201,20 @@ class FakeCluster:
         self.store.create("localqueues.kueue.x-k8s.io", namespace, {
             "apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "LocalQueue", "metadata": {"name": name},
             "spec": {"clusterQueue": "cluster-queue"}})
+
+    def add_claim(self, namespace: str, name: str) -> Path:
+        """Create the PersistentVolumeClaim ``name`` (bound at once); returns the host directory that backs it."""
+        self.store.create("persistentvolumeclaims", namespace, {
+            "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": name},
+            "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "1Gi"}}},
+            "status": {"phase": "Bound"}})
+        return self.claim_dir(namespace, name)
+
+    def claim_dir(self, namespace: str, name: str) -> Path:
+        """The host directory behind claim ``name`` (made on first use)."""
+        path = self.workdir / "claims" / namespace / name
+        path.mkdir(parents=True, exist_ok=True)
+        return path
 
     def runtime(self, uid: str) -> PodRuntime | None:
         return self.runtimes.get(uid)
@@ -452,6 +469,16 @@ class FakeCluster:
                     self._pod_update(ns, name, functools.partial(_unschedulable, message=self.unschedulable))
                 time.sleep(0.1)
                 continue
+            missing = [v["persistentVolumeClaim"]["claimName"] for v in pod["spec"].get("volumes") or []
+                        if "persistentVolumeClaim" in v and self.store.find(
+                            "persistentvolumeclaims", ns, v["persistentVolumeClaim"]["claimName"]) is None]
+            if missing:  # the scheduler's VolumeBinding plugin: unschedulable until the claim exists
+                if not pod["status"].get("conditions"):
+                    self._pod_update(ns, name, functools.partial(_unschedulable, message=(
+                        f'0/1 nodes are available: persistentvolumeclaim "{missing[0]}" not found. preemption: 0/1 '
+                        "nodes are available: 1 Preemption is not helpful for scheduling.")))
+                time.sleep(0.1)
+                continue
             image = str(pod["spec"]["containers"][0].get("image", ""))
             if image.startswith("missing/"):
                 self._pod_update(ns, name, functools.partial(
@@ -482,7 +509,9 @@ class FakeCluster:
                 continue  # the host's /dev/shm is fine for a local process
             volume = volumes[mount["name"]]
             target = root / "volumes" / mount["name"]
-            if "configMap" in volume:
+            if "persistentVolumeClaim" in volume:
+                target = self.claim_dir(ns, volume["persistentVolumeClaim"]["claimName"])
+            elif "configMap" in volume:
                 configmap = self.store.find("configmaps", ns, volume["configMap"]["name"])
                 if configmap is None:
                     return None

@@ -37,6 +37,8 @@ def full_spec(**overrides: Any) -> dict[str, Any]:
         node_selector={"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
         tolerations=({"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},),
         cpu="16", memory="128Gi", secret_env={"HF_TOKEN": "hf-credentials/token"}, env={"NCCL_DEBUG": "INFO"},
+        volumes=("training-data:/data", "hf-cache.team-a:/cache/hf"), checkpoint_dir="/data/checkpoints",
+        max_restarts=2, keep_checkpoints=5,
     )
     fields.update(overrides)
     return fields

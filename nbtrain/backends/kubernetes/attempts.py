@@ -1,0 +1,118 @@
+"""Automatic restarts on Kubernetes (``--max-restarts``): a failed attempt is followed by a new workload.
+
+The pods of an attempt are gone once it fails, and nothing on the cluster restarts them: the gang is static (a
+replacement pod could not rejoin its rendezvous). So a new attempt is a new workload (its own names, event key and
+pods) with the same spec, bundle and ``--volume``s; its ranks restore from the latest checkpoint on the volume
+(``NBTRAIN_CHECKPOINT_DIR`` is the same for every attempt of a run).
+
+Who starts it: the mirror of the failed attempt writes its verdict with ``retrying: true`` (its attempt is below the
+run's restart budget and nobody cancelled). Whichever process next asks for the run's status (the kernel's watcher,
+``attach``, the CLI) follows the handle forward: :func:`follow` reads each attempt's ``handle.json`` (written by
+``submit``) and, at a retrying attempt without a successor, claims the restart (``restart.claim``, created
+exclusively, so one process starts it) and submits the next attempt. The run record keeps its first handle, as with
+the local backend, whose status also follows automatic restarts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from nbtrain.backends.base import RunHandle
+from nbtrain.backends.kubernetes.files import AttemptFiles
+from nbtrain.errors import NbtrainError
+from nbtrain.events import EventKind, EventWriter
+from nbtrain.model import RunState
+from nbtrain.store import write_json_atomic
+
+if TYPE_CHECKING:
+    from nbtrain.backends.kubernetes.backend import KubernetesBackend
+
+__all__ = ["HANDLE_FILE", "cancel_restart", "follow", "write_handle"]
+
+HANDLE_FILE = "handle.json"
+CLAIM_FILE = "restart.claim"
+
+
+def write_handle(root: Path, handle: RunHandle) -> None:
+    """Keep ``handle``'s data in its attempt directory (what :func:`follow` reads to reach that attempt)."""
+    write_json_atomic(root / HANDLE_FILE, dict(handle.data))
+
+
+def _read_handle(backend: KubernetesBackend, run_id: str, attempt: int) -> RunHandle | None:
+    try:
+        data = json.loads((backend.store.attempt_dir(run_id, attempt) / HANDLE_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return RunHandle(backend.name, run_id, data) if isinstance(data, dict) else None
+
+
+def _claim(root: Path) -> bool:
+    """True for the one process that creates ``restart.claim`` in the failed attempt's directory."""
+    try:
+        fd = os.open(root / CLAIM_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return False
+    with os.fdopen(fd, "w") as handle:
+        handle.write(str(os.getpid()))
+    return True
+
+
+def _restart(backend: KubernetesBackend, failed: RunHandle) -> RunHandle | None:
+    """Plan and submit the attempt after ``failed`` (same spec, bundle and budget); None when another process
+    claimed it. A restart that cannot be planned or submitted is recorded as the failed attempt's final verdict."""
+    root = backend.store.attempt_dir(failed.run_id, failed.attempt)
+    if not _claim(root):
+        return None
+    attempt = failed.attempt + 1
+    try:
+        record = backend.store.load(failed.run_id)
+        bundle_dir = backend.store.bundles / record.bundle_digest
+        plan = backend.plan_restart(record.spec, str(bundle_dir), record.bundle_digest, failed.run_id,
+                                    attempt=attempt, restart_budget=int(failed.data.get("restart_budget", attempt)))
+        return backend.submit(plan)
+    except NbtrainError as error:
+        files = AttemptFiles(root)
+        status = files.read_status() or {}
+        failure = dict(status.get("failure") or {"reason": "the attempt failed"})
+        failure["reason"] = f"{failure.get('reason')}; the automatic restart (attempt {attempt}) failed: {error}"
+        files.write_status({**status, "retrying": False, "failure": failure})
+        return None
+
+
+def follow(backend: KubernetesBackend, handle: RunHandle, *, start: bool = True) -> RunHandle:
+    """The handle of the latest attempt that ``handle``'s attempt led to through automatic restarts, starting the
+    next one when an attempt failed with ``retrying`` and none follows it yet (see the module docstring; ``start``
+    False: never start one)."""
+    current = handle
+    while True:
+        status: dict[str, Any] | None = AttemptFiles(backend.store.attempt_dir(current.run_id, current.attempt)) \
+            .read_status()
+        if not status or not status.get("retrying"):
+            return current
+        following = _read_handle(backend, current.run_id, current.attempt + 1)
+        if following is None and start:
+            following = _restart(backend, current)
+        if following is None:
+            return current  # another process is starting it (status says "restarting"), or it could not start
+        current = following
+
+
+def cancel_restart(backend: KubernetesBackend, handle: RunHandle) -> bool:
+    """Cancel a restart that is due but not started (the latest attempt failed with ``retrying`` and has no
+    successor): claim it so no process starts it, and record the attempt as CANCELLED. False when there is none."""
+    latest = follow(backend, handle, start=False)
+    root = backend.store.attempt_dir(latest.run_id, latest.attempt)
+    files = AttemptFiles(root)
+    status = files.read_status()
+    if not status or not status.get("retrying") or _read_handle(backend, latest.run_id, latest.attempt + 1):
+        return False
+    if not _claim(root):
+        return False  # another process is starting it: cancelling the new attempt is the caller's next step
+    reason = "cancelled by the user while restarting"
+    EventWriter(files.events_dir / "restart.jsonl", "kubernetes-restart", attempt=latest.attempt).emit(
+        EventKind.STATE, state=RunState.CANCELLED.value, reason=reason)
+    files.write_status({**status, "state": RunState.CANCELLED.value, "retrying": False, "detail": reason})
+    return True
