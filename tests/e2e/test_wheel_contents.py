@@ -81,6 +81,9 @@ def test_wheel_carries_the_prebuilt_lab_extension(wheel: Path) -> None:
     toolbar = [item["command"] for item in schema["jupyter.lab.toolbars"]["Notebook"]]
     assert toolbar == ["nbtrain:run-cell-distributed", "nbtrain:export-notebook"]
     assert not [n for n in names if n.startswith("nbtrain/labextension/")], "the extension is shipped twice"
+    # the built-in templates (nbtrain templates list) are package data
+    builtin = sorted(p.name for p in (Path(__file__).resolve().parents[2] / "nbtrain/profiles/builtin").glob("*.toml"))
+    assert builtin and sorted(n.rsplit("/", 1)[1] for n in names if n.startswith("nbtrain/profiles/builtin/")) == builtin
 
 
 def test_pip_install_enables_both_extensions(wheel: Path, tmp_path: Path) -> None:
