@@ -284,6 +284,8 @@ OPTIONS: tuple[Option, ...] = (
        default=False),
     _o("--quiet", "switch", "No progress line while waiting.", surfaces=CLI_ONLY, default=False),
     _o("--json", "switch", "Print the run as JSON.", surfaces=CLI_ONLY, default=False),
+    _o("--profile", "str", "Start from this profile's options (`nbtrain templates list`); flags override them, "
+       "except those it locks. --dry-run shows where each value came from (docs/templates.md).", metavar="NAME"),
 )
 
 #: JobSpec fields that deliberately have no option, with the reason (none today: every field is an option).

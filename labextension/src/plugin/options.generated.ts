@@ -62,5 +62,6 @@ export const JOB_OPTIONS = {
     "--block": {"field": null, "type": "switch", "choices": [], "default": false, "min": null, "max": null, "help": "Wait for the run to end; raise if it fails.", "backends": null, "toml": null, "repeatable": false},
     "--no-monitor": {"field": null, "type": "switch", "choices": [], "default": false, "min": null, "max": null, "help": "Do not display the live monitor widget under the cell.", "backends": null, "toml": null, "repeatable": false},
     "--resume": {"field": null, "type": "str", "choices": [], "default": null, "min": null, "max": null, "help": "Relaunch RUN (its own spec) with this cell's code as a new attempt, from its latest checkpoint; with --dry-run, print that attempt's plan.", "backends": null, "toml": null, "repeatable": false},
+    "--profile": {"field": null, "type": "str", "choices": [], "default": null, "min": null, "max": null, "help": "Start from this profile's options (`nbtrain templates list`); flags override them, except those it locks. --dry-run shows where each value came from (docs/templates.md).", "backends": null, "toml": null, "repeatable": false},
   },
 } as const;
