@@ -110,3 +110,14 @@ def test_catalog_sources_shadowing_and_broken_files(tmp_path: Path, monkeypatch:
 def test_toml_sources_name_the_keys_present() -> None:
     assert toml_sources({"job": {"nodes": 2}, "strategy": {"zero_stage": 3}, "parameters": {}}) == {
         "nodes": "nbtrain.toml", "zero_stage": "nbtrain.toml"}
+
+
+def test_export_applies_the_profile_of_the_magic_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from nbtrain.export.notebook import job_spec_from_header
+
+    monkeypatch.chdir(tmp_path)  # no project nbtrain.toml
+    spec = job_spec_from_header("--profile multinode-ddp --gpus 1 --out run", "cell 3")
+    assert (spec.nodes, spec.procs_per_node, spec.max_restarts, spec.collective_timeout_s) == (2, 1, 2, 600.0)
+    with pytest.raises(SpecError, match=r"^cell 3: %%distributed --profile multinode-ddp --strategy fsdp: --strategy "
+                                        r"fsdp: profile 'multinode-ddp' .* locks strategy to ddp"):
+        job_spec_from_header("--profile multinode-ddp --strategy fsdp", "cell 3")
