@@ -20,10 +20,12 @@ pytestmark = pytest.mark.slow
 
 def test_every_pod_writes_to_the_one_directory_behind_the_claim(cluster: FakeCluster, k8s_backend: Any) -> None:
     shared = cluster.add_claim(NAMESPACE, "team-data")
-    code = ("import os, pathlib\npathlib.Path('/shared/from-rank-' + os.environ['RANK']).write_text('hi')\n"
-            "sorted(p.name for p in pathlib.Path('/shared').iterdir())\n")
+    # the path comes through the environment: the fake kubelet maps mount paths in argv and env, not in code
+    code = ("import os, pathlib\nshared = pathlib.Path(os.environ['SHARED'])\n"
+            "(shared / ('from-rank-' + os.environ['RANK'])).write_text('hi')\n")
     run = submit_bundle(capture_cell(code, {"__name__": "__main__"}),
-                        JobSpec(name="shared", nodes=2, backend="kubernetes", device="cpu", volumes=("team-data:/shared",)),
+                        JobSpec(name="shared", nodes=2, backend="kubernetes", device="cpu", env={"SHARED": "/shared"},
+                                volumes=("team-data:/shared",)),
                         store=k8s_backend.store, backend=k8s_backend)
     assert run.wait(timeout=90, progress=False) is RunState.SUCCEEDED
     assert sorted(p.name for p in shared.iterdir()) == ["from-rank-0", "from-rank-1"]
@@ -36,7 +38,8 @@ def test_a_claim_that_does_not_exist_fails_the_run_naming_it_and_deletes_the_wor
                                 max_restarts=2),
                         store=k8s_backend.store, backend=k8s_backend)
     assert run.wait(timeout=90, raise_on_failure=False, progress=False) is RunState.FAILED
-    reason = run.status().failure.reason  # type: ignore[union-attr]
+    assert run.failure is not None
+    reason = run.failure.reason
     assert "--volume claim 'no-such-claim' does not exist in namespace nbtrain-test" in reason, reason
     assert "kubectl get pvc -n nbtrain-test" in reason, reason
     assert [a["attempt"] for a in run.attempts()] == [0], "a missing claim must not be retried"
