@@ -29,7 +29,7 @@ FULL = JobSpec(
     max_capture_mb=10.0, allow_secrets=True, oversubscribe=True, warm=True, warm_ttl_s=600.0, namespace="ns", queue="q", flavor="jobset",
     service_account="sa", node_selector={"pool": "gpu"}, cpu="8", memory="64Gi",
     tolerations=({"key": "k", "operator": "Exists", "effect": "NoSchedule"},), secret_env={"T": "s/k"},
-    partition="gpu", account="team", qos="high", time_limit="2:00:00", constraint="a100", reservation="r1",
+    volumes=("data:/ckpt", "cache:/cache"), partition="gpu", account="team", qos="high", time_limit="2:00:00", constraint="a100", reservation="r1",
     exclusive=True, sbatch_options={"mail-type": "END"},
 )
 
@@ -122,7 +122,7 @@ def test_every_flag_reaches_its_field() -> None:
         "--collective-timeout", "30", "--stall-after", "60", "--hang-timeout", "600", "--no-tracking", "--experiment", "exp", "--max-capture-mb", "10",
         "--allow-secrets", "--oversubscribe", "--warm", "--warm-ttl", "600", "--namespace", "ns", "--queue", "q", "--flavor", "jobset", "--service-account", "sa",
         "--node-selector", "pool=gpu", "--cpu", "8", "--memory", "64Gi", "--toleration", "k:NoSchedule",
-        "--secret-env", "T=s/k", "--partition", "gpu", "--account", "team", "--qos", "high", "--time", "2:00:00",
+        "--secret-env", "T=s/k", "--volume", "data:/ckpt", "--volume", "cache:/cache", "--partition", "gpu", "--account", "team", "--qos", "high", "--time", "2:00:00",
         "--constraint", "a100", "--reservation", "r1", "--exclusive", "--sbatch", "mail-type=END",
     ])
     deepspeed = {"--zero-stage", "--zero-offload", "--gradient-accumulation"}  # another strategy's options
@@ -226,25 +226,26 @@ def test_defaults_are_honoured_everywhere() -> None:
 def test_local_refuses_kubernetes_options() -> None:
     k8s = JobSpec(image="img:1", namespace="team-a", queue="q", flavor="jobset", service_account="sa",
                   node_selector={"pool": "gpu"}, tolerations=({"key": "k", "effect": "NoSchedule"},),
-                  cpu="8", memory="64Gi", secret_env={"T": "s/k"})
+                  cpu="8", memory="64Gi", secret_env={"T": "s/k"}, volumes=("data:/data",))
     messages = flags.unsupported_options(k8s, "local")
     assert [m.split()[0] for m in messages] == [
         "--image", "--namespace", "--queue", "--flavor", "--service-account", "--cpu", "--memory",
-        "--node-selector", "--toleration", "--secret-env",
+        "--node-selector", "--toleration", "--secret-env", "--volume",
     ]
     assert messages[1] == ("--namespace team-a is a Kubernetes option; the local backend runs processes on this "
                            "machine: drop it or use --backend kubernetes.")
     assert flags.unsupported_options(k8s, "kubernetes") == []
 
 
-def test_kubernetes_refuses_checkpoint_options() -> None:
+def test_kubernetes_refuses_checkpoint_options_without_a_volume_naming_volume() -> None:
     spec = JobSpec(max_restarts=2, checkpoint_dir="/ckpt", keep_checkpoints=5)
     messages = flags.unsupported_options(spec, "kubernetes")
     assert [m.split()[0] for m in messages] == ["--checkpoint-dir", "--max-restarts", "--keep-checkpoints"]
-    assert messages[1].startswith("--max-restarts 2 is ")
-    assert messages[1].endswith("the kubernetes backend does not restart a failed gang: drop it (resume it by hand "
-                                "with %nbtrain resume RUN) or use --backend local or slurm.")
+    assert messages[1] == ("--max-restarts 2 on the kubernetes backend needs --volume: the kubernetes backend keeps "
+                           "checkpoints only on a volume every pod mounts, and restarts only from them. Add --volume "
+                           "CLAIM:/MOUNT/PATH, or drop --max-restarts.")
     assert flags.unsupported_options(spec, "local") == []
+    assert flags.unsupported_options(spec.with_changes(volumes=("data:/ckpt",)), "kubernetes") == []
 
 
 def test_options_that_are_no_backends_matter_are_never_refused() -> None:
