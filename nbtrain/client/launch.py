@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from nbtrain import envreport
 from nbtrain.backends import get_backend
 from nbtrain.backends.base import Backend, Plan, RunHandle
 from nbtrain.errors import NbtrainError
@@ -59,6 +60,10 @@ def start_new_run(store: Store, backend: Backend, plan: Plan, *, kind: str, note
     record.handle = dict(handle.data)
     store.save(record)
     _start_tracking_agent(store, record)
+    try:  # for `nbtrain env-diff`: the submitter's versions and packages, while the gang starts
+        envreport.record(store.run_dir(plan.run_id))
+    except OSError:
+        pass  # env-diff then compares with the process running it
     return record
 
 

@@ -1,17 +1,16 @@
 """``nbtrain env-diff RUN`` / ``%nbtrain env-diff RUN``: how the ranks' environments differ from this process's.
 
 Each rank reports its environment when it starts (an ``env`` event: python, torch, accelerate, CUDA, NCCL, driver,
-device; the installed packages once per node, from local rank 0). This command compares them with the process
-running it — the kernel for ``%nbtrain env-diff``, the ``nbtrain`` interpreter in a terminal — and with each other,
-and prints one line per difference. Exit code 0 either way (``--json`` for scripts); a run whose ranks never
-reported (they did not start) is an error naming the run.
+device; the installed packages once per node, from local rank 0). This command compares them with the submitting
+process's, recorded at submit (:mod:`nbtrain.envreport`), or — for a run submitted before that was recorded — with
+the process running it (the kernel for ``%nbtrain env-diff``, the ``nbtrain`` interpreter in a terminal), and with
+each other, and prints one line per difference. Exit code 0 either way; a run whose ranks never reported (they did
+not start) is an error naming the run.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import platform
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -37,12 +36,13 @@ class Difference:
     here: str | None
     ranks: Mapping[int, str | None] = field(default_factory=dict)
 
-    def line(self) -> str:
+    def line(self, where: str = "here") -> str:
+        """``torch: 2.5.1 here; 2.4.0 on ranks 0, 1`` (``where``: what the first value is, e.g. "at submit")."""
         groups: dict[str | None, list[int]] = {}
         for rank, value in sorted(self.ranks.items()):
             groups.setdefault(value, []).append(rank)
         there = "; ".join(f"{_show(value)} on {_ranks(ranks)}" for value, ranks in groups.items())
-        return f"{self.what}: {_show(self.here)} here; {there}"
+        return f"{self.what}: {_show(self.here)} {where}; {there}"
 
 
 def _show(value: str | None) -> str:
@@ -56,16 +56,17 @@ def _ranks(ranks: list[int]) -> str:
 def env_diff(here: Mapping[str, Any], ranks: Mapping[int, Mapping[str, Any]]) -> list[Difference]:
     """Differences between ``here`` (this process's report) and each rank's report (pure).
 
-    A version field differs when any rank's value differs from here or from another rank's (``device`` is
-    compared between ranks only: a kernel has no rank's device). Packages are compared on the ranks that reported
+    A version field differs when any rank's value differs from here or from another rank's (``device``, and a field
+    ``here`` leaves out, e.g. CUDA where torch was not imported, are compared between ranks only). Packages are compared on the ranks that reported
     them (one per node): a package missing, extra or at another version on any of them is one difference.
     """
     differences = []
     for name in FIELDS:
         values = {rank: _text(env.get(name)) for rank, env in ranks.items()}
-        mine = None if name in _PER_RANK else _text(here.get(name))
+        ranks_only = name in _PER_RANK or name not in here
+        mine = None if ranks_only else _text(here.get(name))
         distinct = set(values.values())
-        if len(distinct) > 1 or (name not in _PER_RANK and distinct and distinct != {mine}):
+        if len(distinct) > 1 or (not ranks_only and distinct and distinct != {mine}):
             differences.append(Difference(name, mine, values))
     nodes = {rank: env["packages"] for rank, env in ranks.items() if isinstance(env.get("packages"), Mapping)}
     theirs = here.get("packages")
@@ -83,28 +84,24 @@ def _text(value: Any) -> str | None:
     return None if value in (None, "") else str(value)
 
 
-def render(differences: list[Difference], *, run_id: str, ranks: int) -> str:
-    """The printed report: a headline, then one line per difference."""
+def render(differences: list[Difference], *, run_id: str, ranks: int, submitter: bool = False) -> str:
+    """The printed report: a headline naming what the ranks were compared with, then one line per difference."""
+    whom, where = ("the submitting process", "at submit") if submitter else ("this process", "here")
     if not differences:
-        return f"{run_id}: the {ranks} rank(s) reported the same versions and packages as this process"
-    return "\n".join([f"{run_id}: {len(differences)} difference(s) between this process and the ranks:",
-                      *(f"  {d.line()}" for d in differences)])
+        return f"{run_id}: the {ranks} rank(s) reported the same versions and packages as {whom}"
+    return "\n".join([f"{run_id}: {len(differences)} difference(s) between {whom} and the ranks:",
+                      *(f"  {d.line(where)}" for d in differences)])
 
 
 def environment_here() -> dict[str, Any]:
-    """This process's report, in the ranks' form (imports torch; reads the installed packages)."""
-    from nbtrain.runtime.worker import _cuda_report, installed_packages
+    """This process's report, in the ranks' form (imports torch for its CUDA/NCCL versions; reads the packages)."""
+    try:
+        import torch  # noqa: F401 - imported for _cuda_report, which reads only modules already imported
+    except ImportError:
+        pass
+    from nbtrain.envreport import process_environment
 
-    report: dict[str, Any] = {"python": platform.python_version(), "torch": None, "accelerate": None}
-    for name in ("torch", "accelerate"):
-        try:
-            module = __import__(name)
-            report[name] = str(module.__version__)
-        except ImportError:
-            pass
-    report.update(_cuda_report())
-    report["packages"] = installed_packages()
-    return report
+    return process_environment()
 
 
 def rank_environments(run: Any) -> dict[int, dict[str, Any]]:
@@ -118,8 +115,8 @@ def rank_environments(run: Any) -> dict[int, dict[str, Any]]:
     return {rank: data for rank, (_, data) in sorted(reports.items())}
 
 
-def _report(run_id: str) -> tuple[str, list[Difference], int]:
-    from nbtrain import client
+def _report(run_id: str) -> str:
+    from nbtrain import client, envreport
     from nbtrain.errors import NbtrainError
 
     run = client.attach(run_id, watch=False)
@@ -127,24 +124,20 @@ def _report(run_id: str) -> tuple[str, list[Difference], int]:
     if not ranks:
         raise NbtrainError(f"run {run.id}: no rank reported its environment (did the gang start? "
                            f"`nbtrain status {run.id}`).")
-    return run.id, env_diff(environment_here(), ranks), len(ranks)
+    submitter = envreport.load(run.store.run_dir(run.id))
+    differences = env_diff(submitter or environment_here(), ranks)
+    return render(differences, run_id=run.id, ranks=len(ranks), submitter=submitter is not None)
 
 
 def register(sub: Any) -> None:
     """Add ``nbtrain env-diff``."""
     p = sub.add_parser("env-diff", help="differences between a run's ranks' environments and this machine's")
     p.add_argument("run", help="run id or a unique prefix of one")
-    p.add_argument("--json", action="store_true")
     p.set_defaults(handler=_cmd_env_diff)
 
 
 def _cmd_env_diff(args: argparse.Namespace) -> int:
-    run_id, differences, ranks = _report(args.run)
-    if args.json:
-        print(json.dumps([{"what": d.what, "here": d.here, "ranks": {str(r): v for r, v in d.ranks.items()}}
-                          for d in differences], indent=2, sort_keys=True))
-    else:
-        print(render(differences, run_id=run_id, ranks=ranks))
+    print(_report(args.run))
     sys.stdout.flush()
     return 0
 
@@ -157,5 +150,4 @@ def register_magic(sub: Any) -> None:
 
 
 def _magic_env_diff(args: argparse.Namespace, shell: Any) -> None:
-    run_id, differences, ranks = _report(args.run)
-    print(render(differences, run_id=run_id, ranks=ranks))
+    print(_report(args.run))

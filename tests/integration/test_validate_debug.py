@@ -117,7 +117,13 @@ def test_validate_fails_the_resume_rung_of_a_job_whose_resume_is_broken(home: Pa
 
 def test_debug_logs_zip_and_env_diff_of_a_failed_2x2_run(home: Path, tmp_path: Path) -> None:
     job = export_cell(tmp_path, "wobbly", FAILING)
-    failed = nbtrain("submit", str(job), "--wait", "--quiet")
+    # the submitting process has a package its ranks do not see: a distribution on its PYTHONPATH only (the ranks
+    # get PYTHONPATH emptied through --env)
+    extra = tmp_path / "extra" / "nbtrain_probe_pkg-1.2.3.dist-info"
+    extra.mkdir(parents=True)
+    (extra / "METADATA").write_text("Metadata-Version: 2.1\nName: nbtrain-probe-pkg\nVersion: 1.2.3\n")
+    failed = nbtrain("submit", str(job), "--wait", "--quiet", "--env", "PYTHONPATH=",
+                     env={"PYTHONPATH": str(extra.parent)})
     assert failed.returncode == 1, failed.stdout + failed.stderr
     source = failed.stdout.split(":", 1)[0]
 
@@ -144,12 +150,9 @@ def test_debug_logs_zip_and_env_diff_of_a_failed_2x2_run(home: Path, tmp_path: P
         assert json.loads(archive.read("status.json"))["state"] == "failed"
         assert set(json.loads(archive.read("environment.json"))) == {"0", "1", "2", "3"}
 
-    # a package this process has and the ranks do not: a distribution visible only through PYTHONPATH here
-    extra = tmp_path / "extra" / "nbtrain_probe_pkg-1.2.3.dist-info"
-    extra.mkdir(parents=True)
-    (extra / "METADATA").write_text("Metadata-Version: 2.1\nName: nbtrain-probe-pkg\nVersion: 1.2.3\n")
-    diff = nbtrain("env-diff", source, env={"PYTHONPATH": str(extra.parent)})
+    # env-diff (run from a process without that package) compares the ranks with the submitter's record
+    diff = nbtrain("env-diff", source)
     assert diff.returncode == 0, diff.stderr
+    assert diff.stdout.startswith(f"{source}: 1 difference(s) between the submitting process and the ranks:"), diff.stdout
     # local rank 0 of each node (ranks 0 and 2) reports the node's packages
-    assert "package nbtrain-probe-pkg: 1.2.3 here; absent on ranks 0, 2" in diff.stdout, diff.stdout
-    assert "torch:" not in diff.stdout  # same interpreter, same versions: only the package differs
+    assert "package nbtrain-probe-pkg: 1.2.3 at submit; absent on ranks 0, 2" in diff.stdout, diff.stdout

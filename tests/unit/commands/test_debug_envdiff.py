@@ -70,3 +70,9 @@ def test_the_magic_parses_debug_env_diff_and_rerun_overrides() -> None:
     spec = spec_from_namespace(rerun, base=JobSpec(nodes=4, procs_per_node=8, env={"A": "1"}))
     assert (spec.nodes, spec.procs_per_node, spec.env) == (1, 2, {"A": "1"})
     assert "debug RUN" in usage() and "env-diff RUN" in usage()
+
+
+def test_a_field_the_submitter_did_not_record_is_compared_between_ranks_only() -> None:
+    ranks = {0: {"cuda": "12.1", "torch": "2.5.0"}, 1: {"cuda": "12.1", "torch": "2.5.0"}}
+    assert env_diff({"torch": "2.5.0"}, ranks) == []  # no CUDA version recorded at submit: nothing to compare
+    assert [d.what for d in env_diff({"torch": "2.5.0", "cuda": None}, ranks)] == ["cuda"]
