@@ -209,6 +209,11 @@ class JobSpec:
     memory: str | None = None
     secret_env: Mapping[str, str] = field(default_factory=dict)  # ENV_NAME -> "secret-name/key" (by reference)
     volumes: tuple[str, ...] = ()  # "CLAIM:/mount/path": a PersistentVolumeClaim mounted on every pod
+    image_pull_secrets: tuple[str, ...] = ()  # Secrets (docker-registry) the kubelet pulls the image with
+    priority_class: str | None = None  # the pods' PriorityClass
+    shm_size: str | None = None  # sizeLimit of the pods' /dev/shm (a memory emptyDir), a quantity such as 16Gi
+    labels: Mapping[str, str] = field(default_factory=dict)  # extra labels of every object and pod
+    annotations: Mapping[str, str] = field(default_factory=dict)  # extra annotations of every object and pod
     # Slurm options (used by the slurm backend only): each becomes one #SBATCH line of the attempt's batch script.
     partition: str | None = None
     account: str | None = None
@@ -242,6 +247,9 @@ class JobSpec:
                 )
         object.__setattr__(self, "tolerations", tuple(dict(t) for t in self.tolerations))
         object.__setattr__(self, "volumes", tuple(self.volumes))
+        object.__setattr__(self, "image_pull_secrets", tuple(self.image_pull_secrets))
+        object.__setattr__(self, "labels", dict(self.labels))
+        object.__setattr__(self, "annotations", dict(self.annotations))
         for volume in self.volumes:
             split_volume(volume)
         _check_int("--nodes", self.nodes, *LIMITS["nodes"])
@@ -321,6 +329,7 @@ class JobSpec:
                 out[key] = value.value
         out["tolerations"] = [dict(t) for t in self.tolerations]
         out["volumes"] = list(self.volumes)
+        out["image_pull_secrets"] = list(self.image_pull_secrets)
         return out
 
     @classmethod

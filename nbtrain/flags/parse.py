@@ -74,7 +74,8 @@ def _pairs(option: Option, items: Iterable[str]) -> dict[str, str]:
 
 def _example(option: Option) -> str:
     return {"--env": "--env NCCL_DEBUG=INFO", "--node-selector": "--node-selector pool=gpu",
-            "--secret-env": "--secret-env HF_TOKEN=hf-credentials/token"}.get(option.flag, f"{option.flag} A=1")
+            "--secret-env": "--secret-env HF_TOKEN=hf-credentials/token", "--label": "--label cost-center=ml",
+            "--annotation": "--annotation sidecar.istio.io/inject=false"}.get(option.flag, f"{option.flag} A=1")
 
 
 def _tolerations(items: Iterable[str]) -> tuple[dict[str, str], ...]:

@@ -252,6 +252,18 @@ OPTIONS: tuple[Option, ...] = (
        "(repeatable): shared storage for checkpoints (--checkpoint-dir under it), --max-restarts and resume, and "
        "data.", field="volumes", toml="kubernetes.volumes", backends=_K8S, metavar="CLAIM:/MOUNT/PATH",
        why="reads and writes this machine's files: give a directory instead (--checkpoint-dir)"),
+    _o("--image-pull-secret", "list", "Secret (type docker-registry) the kubelet pulls --image with (repeatable).",
+       field="image_pull_secrets", toml="kubernetes.image_pull_secrets", backends=_K8S, metavar="SECRET"),
+    _o("--priority-class", "str", "PriorityClass of the pods (their scheduling priority and preemption).",
+       field="priority_class", toml="kubernetes.priority_class", backends=_K8S, metavar="NAME"),
+    _o("--shm-size", "str", "Size limit of the pods' /dev/shm (a memory-backed emptyDir; it counts against the "
+       "pod's memory), e.g. 16Gi.", field="shm_size", toml="kubernetes.shm_size", backends=_K8S, metavar="QUANTITY",
+       default_text="no limit of its own"),
+    _o("--label", "pairs", "Extra label on every object and pod the run creates, e.g. cost-center=ml (repeatable).",
+       field="labels", toml="kubernetes.labels", backends=_K8S, metavar="KEY=VALUE", merge=True),
+    _o("--annotation", "pairs", "Extra annotation on every object and pod the run creates, e.g. "
+       "sidecar.istio.io/inject=false (repeatable).", field="annotations", toml="kubernetes.annotations",
+       backends=_K8S, metavar="KEY=VALUE", merge=True),
     _o("--partition", "str", "Slurm partition the job runs in.", field="partition", toml="slurm.partition",
        backends=_SLURM, metavar="PARTITION", default_text="the cluster's default"),
     _o("--account", "str", "Slurm account charged for the job.", field="account", toml="slurm.account",

@@ -29,7 +29,8 @@ FULL = JobSpec(
     max_capture_mb=10.0, allow_secrets=True, oversubscribe=True, warm=True, warm_ttl_s=600.0, namespace="ns", queue="q", flavor="jobset",
     service_account="sa", node_selector={"pool": "gpu"}, cpu="8", memory="64Gi",
     tolerations=({"key": "k", "operator": "Exists", "effect": "NoSchedule"},), secret_env={"T": "s/k"},
-    volumes=("data:/ckpt", "cache:/cache"), partition="gpu", account="team", qos="high", time_limit="2:00:00", constraint="a100", reservation="r1",
+    volumes=("data:/ckpt", "cache:/cache"), image_pull_secrets=("creds",), priority_class="high", shm_size="8Gi",
+    labels={"team": "ml"}, annotations={"example.com/note": "x y"}, partition="gpu", account="team", qos="high", time_limit="2:00:00", constraint="a100", reservation="r1",
     exclusive=True, sbatch_options={"mail-type": "END"},
 )
 
@@ -122,7 +123,9 @@ def test_every_flag_reaches_its_field() -> None:
         "--collective-timeout", "30", "--stall-after", "60", "--hang-timeout", "600", "--no-tracking", "--experiment", "exp", "--max-capture-mb", "10",
         "--allow-secrets", "--oversubscribe", "--warm", "--warm-ttl", "600", "--namespace", "ns", "--queue", "q", "--flavor", "jobset", "--service-account", "sa",
         "--node-selector", "pool=gpu", "--cpu", "8", "--memory", "64Gi", "--toleration", "k:NoSchedule",
-        "--secret-env", "T=s/k", "--volume", "data:/ckpt", "--volume", "cache:/cache", "--partition", "gpu", "--account", "team", "--qos", "high", "--time", "2:00:00",
+        "--secret-env", "T=s/k", "--volume", "data:/ckpt", "--volume", "cache:/cache", "--image-pull-secret", "creds",
+        "--priority-class", "high", "--shm-size", "8Gi", "--label", "team=ml", "--annotation", "example.com/note=x y",
+        "--partition", "gpu", "--account", "team", "--qos", "high", "--time", "2:00:00",
         "--constraint", "a100", "--reservation", "r1", "--exclusive", "--sbatch", "mail-type=END",
     ])
     deepspeed = {"--zero-stage", "--zero-offload", "--gradient-accumulation"}  # another strategy's options

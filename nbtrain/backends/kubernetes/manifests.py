@@ -126,8 +126,8 @@ def build_objects(
     spec: JobSpec, *, names: nm.ObjectNames, namespace: str, inputs: PodInputs, bundle_digest: str,
 ) -> list[dict[str, Any]]:
     """The API objects of one attempt, in creation order (workload first)."""
-    labels = dict(inputs.labels)
-    annotations = {nm.ANNOTATION_RUN_ID: inputs.run_id, nm.ANNOTATION_DIGEST: bundle_digest}
+    labels = {**spec.labels, **inputs.labels}  # --label (never one of nbtrain's keys: validate.check_knobs)
+    annotations = {**spec.annotations, nm.ANNOTATION_RUN_ID: inputs.run_id, nm.ANNOTATION_DIGEST: bundle_digest}
     workload_labels = dict(labels)
     if spec.queue:
         workload_labels[KUEUE_QUEUE_LABEL] = spec.queue

@@ -14,9 +14,12 @@ What the pod gets and why:
 - ``NBTRAIN_RUN_ID`` in the environment of every process of the gang;
 - GPUs as ``nvidia.com/gpu`` limits (strings) and NCCL (no ``ACCELERATE_USE_CPU``, no
   ``CUDA_VISIBLE_DEVICES``: the device plugin assigns the GPUs), or CPU mode over gloo;
+- ``--image-pull-secret``, ``--priority-class``, ``--label`` and ``--annotation`` as the pod's ``imagePullSecrets``,
+  ``priorityClassName``, labels and annotations (the workload and its objects carry the labels and annotations too);
 - secrets only as ``secretKeyRef``; ``automountServiceAccountToken: false``; the Pod Security
   "restricted" profile (non-root, no privilege escalation, drop ALL, RuntimeDefault seccomp);
-- ``/dev/shm`` as a memory emptyDir (the container runtime's 64 MiB default breaks DataLoader workers)
+- ``/dev/shm`` as a memory emptyDir (the container runtime's 64 MiB default breaks DataLoader workers; ``--shm-size``
+  is its ``sizeLimit``)
   and a writable ``/tmp`` (HOME, TMPDIR and torchelastic's log dir);
 - each ``--volume CLAIM:/path`` as a ``persistentVolumeClaim`` volume mounted read-write at its path; with
   volumes the ranks get ``NBTRAIN_CHECKPOINT_DIR`` (``--checkpoint-dir``, else ``nbtrain-checkpoints`` on the
@@ -236,7 +239,7 @@ def pod_template(spec: JobSpec, inputs: PodInputs, *, subdomain: str | None) -> 
         "volumes": [
             {"name": "nbtrain", "configMap": {"name": inputs.configmap, "items": [dict(i) for i in inputs.payload.items],
                                               "defaultMode": 0o444}},
-            {"name": "dshm", "emptyDir": {"medium": "Memory"}},
+            {"name": "dshm", "emptyDir": {"medium": "Memory", **({"sizeLimit": spec.shm_size} if spec.shm_size else {})}},
             {"name": "tmp", "emptyDir": {}},
             *volumes,
         ],
@@ -249,4 +252,11 @@ def pod_template(spec: JobSpec, inputs: PodInputs, *, subdomain: str | None) -> 
         pod["nodeSelector"] = dict(spec.node_selector)
     if spec.tolerations:
         pod["tolerations"] = [dict(t) for t in spec.tolerations]
-    return {"metadata": {"labels": dict(inputs.labels)}, "spec": pod}
+    if spec.image_pull_secrets:
+        pod["imagePullSecrets"] = [{"name": name} for name in spec.image_pull_secrets]
+    if spec.priority_class:
+        pod["priorityClassName"] = spec.priority_class
+    metadata: dict[str, Any] = {"labels": {**spec.labels, **inputs.labels}}
+    if spec.annotations:
+        metadata["annotations"] = dict(spec.annotations)
+    return {"metadata": metadata, "spec": pod}

@@ -9,16 +9,19 @@ from __future__ import annotations
 import posixpath
 import re
 
+from nbtrain.backends.kubernetes import names as nm
 from nbtrain.backends.kubernetes.payload import MOUNT_PATH
 from nbtrain.bundle.secrets import looks_like_secret_name
 from nbtrain.errors import SpecError
 from nbtrain.spec import JobSpec, split_volume
 
-__all__ = ["RESERVED_MOUNTS", "check_spec", "check_volumes", "is_quantity"]
+__all__ = ["RESERVED_MOUNTS", "check_knobs", "check_spec", "check_volumes", "is_quantity"]
 
 #: Paths of the pod nbtrain mounts itself (the bundle and runtime, /dev/shm, the writable /tmp): no --volume on,
 #: under or above them.
 RESERVED_MOUNTS = (MOUNT_PATH, "/dev/shm", "/tmp")
+_OWN_LABELS = frozenset({nm.LABEL_MANAGED_BY, nm.LABEL_RUN_ID, nm.LABEL_ATTEMPT})
+_OWN_ANNOTATIONS = frozenset({nm.ANNOTATION_RUN_ID, nm.ANNOTATION_DIGEST})
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -76,6 +79,33 @@ def check_volumes(spec: JobSpec) -> None:
                             f"e.g. --checkpoint-dir {next(iter(seen))}/checkpoints, or mount a volume that holds it.")
 
 
+def check_knobs(spec: JobSpec) -> None:
+    """SpecError for the first ``--image-pull-secret``, ``--priority-class``, ``--shm-size``, ``--label`` or
+    ``--annotation`` the API server would refuse, or a label/annotation key that nbtrain sets itself."""
+    for secret in spec.image_pull_secrets:
+        if len(secret) > 253 or not _DNS_SUBDOMAIN.match(secret):
+            raise SpecError(f"--image-pull-secret {secret!r}: not a Secret name (lower-case letters, digits, '-' and "
+                            "'.', at most 253 characters); use the name kubectl get secrets shows.")
+    if spec.priority_class is not None and (len(spec.priority_class) > 253
+                                            or not _DNS_SUBDOMAIN.match(spec.priority_class)):
+        raise SpecError(f"--priority-class {spec.priority_class!r}: not a PriorityClass name (lower-case letters, "
+                        "digits, '-' and '.'); kubectl get priorityclasses lists them.")
+    if spec.shm_size is not None and not is_quantity(spec.shm_size):
+        raise SpecError(f"--shm-size {spec.shm_size!r}: not a Kubernetes quantity; write e.g. --shm-size 16Gi.")
+    for flag, pairs, own in (("--label", spec.labels, _OWN_LABELS), ("--annotation", spec.annotations,
+                                                                        _OWN_ANNOTATIONS)):
+        for key, value in pairs.items():
+            if not _label_key_ok(key):
+                raise SpecError(f"{flag} {key}={value}: {key!r} is not a valid key (an optional DNS prefix and '/', "
+                                "then at most 63 letters, digits, '-', '_' or '.'), e.g. example.com/team.")
+            if key in own or key.startswith(("nbtrain.dev/", "kueue.x-k8s.io/")):
+                raise SpecError(f"{flag} {key}={value}: nbtrain (or Kueue, through --queue) sets {key} itself; use "
+                                "another key.")
+            if flag == "--label" and (len(value) > 63 or not _LABEL_VALUE.match(value)):
+                raise SpecError(f"--label {key}={value}: a label value is at most 63 letters, digits, '-', '_' or "
+                                "'.', beginning and ending with a letter or digit.")
+
+
 def check_spec(spec: JobSpec, *, image: str, namespace: str) -> None:
     """SpecError for the first value of ``spec`` the API server would reject."""
     if not image.strip() or any(c.isspace() for c in image):
@@ -103,6 +133,7 @@ def check_spec(spec: JobSpec, *, image: str, namespace: str) -> None:
         if len(secret) > 253 or not _DNS_SUBDOMAIN.match(secret) or not _SECRET_KEY.match(key):
             raise SpecError(f"--secret-env {name}={ref}: {secret!r} must be a Secret's name and {key!r} one of its keys.")
     check_volumes(spec)
+    check_knobs(spec)
     if not spec.allow_secrets:
         for name in spec.env:
             if looks_like_secret_name(name):

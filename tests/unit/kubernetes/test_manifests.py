@@ -38,7 +38,9 @@ def full_spec(**overrides: Any) -> dict[str, Any]:
         tolerations=({"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},),
         cpu="16", memory="128Gi", secret_env={"HF_TOKEN": "hf-credentials/token"}, env={"NCCL_DEBUG": "INFO"},
         volumes=("training-data:/data", "hf-cache.team-a:/cache/hf"), checkpoint_dir="/data/checkpoints",
-        max_restarts=2, keep_checkpoints=5,
+        max_restarts=2, keep_checkpoints=5, image_pull_secrets=("registry-creds",), priority_class="high-priority",
+        shm_size="16Gi", labels={"cost-center": "ml-42", "example.com/team": "vision"},
+        annotations={"sidecar.istio.io/inject": "false", "example.com/owner": "Ada Lovelace <ada@example.com>"},
     )
     fields.update(overrides)
     return fields
@@ -202,7 +204,7 @@ def test_pods_meet_the_restricted_pod_security_profile(make_plan: MakePlan, flav
         for volume in pod["volumes"]:
             assert set(volume) - {"name"} <= {"configMap", "emptyDir", "secret", "projected",
                                               "persistentVolumeClaim", "ephemeral"}, volume  # restricted's list
-        assert {"name": "dshm", "emptyDir": {"medium": "Memory"}} in pod["volumes"]
+        assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}} in pod["volumes"]
         for container in pod["containers"]:
             security = container["securityContext"]
             assert security["allowPrivilegeEscalation"] is False
