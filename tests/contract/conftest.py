@@ -76,7 +76,8 @@ class LocalUnderTest(BackendUnderTest):
     """Local processes under a detached supervisor per attempt: the supervisor controls the gang."""
 
     name = "local"
-    refused: ClassVar[Mapping[str, Any]] = {"namespace": "x", "queue": "q", "image": "img:1"}
+    refused: ClassVar[Mapping[str, Any]] = {"namespace": "x", "queue": "q", "image": "img:1",
+                                            "shm_size": "1Gi", "priority_class": "high"}
     gang_outlives_controller = False
 
     def kill_controller(self, run: Run) -> None:
@@ -178,7 +179,8 @@ class SlurmUnderTest(BackendUnderTest):
     """Batch jobs on a real 2-node Slurm cluster of this machine; the nbtrain supervisor runs inside each job."""
 
     name = "slurm"
-    refused: ClassVar[Mapping[str, Any]] = {"image": "img:1", "namespace": "x", "oversubscribe": True, "warm": True}
+    refused: ClassVar[Mapping[str, Any]] = {"image": "img:1", "namespace": "x", "oversubscribe": True, "warm": True,
+                                            "shm_size": "1Gi", "priority_class": "high"}
     gang_outlives_controller = False  # the supervisor is the batch script: Slurm ends the job when it dies
 
     def kill_controller(self, run: Run) -> None:
