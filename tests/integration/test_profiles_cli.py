@@ -111,6 +111,13 @@ def test_a_packaged_profile_is_listed_used_and_its_lock_holds(home: Path, tmp_pa
     assert unknown.returncode == 2 and "no such profile; known profiles:" in unknown.stderr
     assert "team-gpu" in unknown.stderr
 
+    # a broken profile file in the user's config is reported (exit 2) without hiding the others
+    (tmp_path / "no-config" / "profiles").mkdir(parents=True)
+    (tmp_path / "no-config" / "profiles" / "mine.toml").write_text('version = "1"\n[options]\ngpu = 2\n')
+    broken = _nbtrain(site, tmp_path, "templates", "list")
+    assert broken.returncode == 2 and "team-gpu" in broken.stdout, broken.stdout
+    assert "error: profile 'mine' (" in broken.stdout and "mine.toml): unknown option 'gpu'" in broken.stdout
+
 
 def test_the_magic_refuses_a_locked_override_and_shows_provenance(shell: object, home: Path,
                                                                   capsys: pytest.CaptureFixture[str]) -> None:
@@ -121,6 +128,10 @@ def test_the_magic_refuses_a_locked_override_and_shows_provenance(shell: object,
     assert "locks strategy to ddp; nothing was started" in str(error.value)
     with pytest.raises(UsageError, match="--profile would be ignored"):
         run_cell_magic("distributed", "--resume some-run --profile multinode-ddp", "x = 1")
+    capsys.readouterr()
+    shell.run_line_magic("nbtrain", "templates list")  # type: ignore[attr-defined]
+    listed = capsys.readouterr().out.splitlines()
+    assert any(line.split()[:3] == ["multinode-ddp", "1.0", "built-in"] for line in listed), listed
     run_cell_magic("distributed", "--profile multinode-ddp --gpus 1 --dry-run", "x = 1")
     out = capsys.readouterr().out
     assert "Where each value came from" in out
