@@ -17,7 +17,7 @@ def _text(args: argparse.Namespace) -> tuple[str, bool]:
 
     catalog = load_catalog()
     if args.templates_command == "show":
-        profile = catalog.get(args.name)
+        profile = catalog.get(args.name, asked_as="templates show")
         return (json.dumps(profile_json(profile), indent=2) if args.json else profile_page(profile)), True
     if args.json:
         data = {"profiles": [profile_json(p) for _, p in sorted(catalog.profiles.items())],

@@ -47,14 +47,15 @@ class Catalog:
     shadowed: tuple[tuple[Profile, Profile], ...] = ()  # (hidden, by)
     problems: tuple[str, ...] = ()
 
-    def get(self, name: str) -> Profile:
-        """The profile ``name``; SpecError listing the known names (and the broken sources) when there is none."""
+    def get(self, name: str, asked_as: str = "--profile") -> Profile:
+        """The profile ``name``; SpecError (starting with ``asked_as`` and the name) listing the known names and the
+        broken sources when there is none."""
         profile = self.profiles.get(name)
         if profile is not None:
             return profile
         known = ", ".join(sorted(self.profiles)) or "none"
         broken = "".join(f"\n  a source that failed to load: {p}" for p in self.problems)
-        raise SpecError(f"--profile {name!r}: no such profile; known profiles: {known} "
+        raise SpecError(f"{asked_as} {name!r}: no such profile; known profiles: {known} "
                         f"(`nbtrain templates list` shows them and where they come from).{broken}")
 
 
