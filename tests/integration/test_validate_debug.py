@@ -21,8 +21,8 @@ pytestmark = pytest.mark.slow
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 RUNGS = ["config", "imports", "paths", "single-process", "distributed", "checkpoint", "resume"]
 
-# Saves a checkpoint every step; a resumed attempt cannot load it (the code "changed" since it was written).
-BROKEN_RESUME = """%%distributed --nodes 1 --gpus 2 --name ckpt
+# Saves a checkpoint every step and resumes from the last one.
+CHECKPOINTING = """%%distributed --nodes 1 --gpus 2 --name ckpt
 import torch
 import nbtrain
 from accelerate import Accelerator
@@ -31,8 +31,6 @@ model = torch.nn.Linear(4, 1)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
 model, optimizer = accelerator.prepare(model, optimizer)
 start = nbtrain.restore(accelerator)
-if start > 0:
-    raise RuntimeError(f"checkpoint of step {start - 1} has layout v1; this code loads v2 only")
 for step in range(start, 1000):
     loss = model(torch.ones(8, 4)).pow(2).mean()
     accelerator.backward(loss)
@@ -41,6 +39,12 @@ for step in range(start, 1000):
     nbtrain.save_checkpoint(accelerator, step)
     accelerator.log({"loss": loss.item()}, step=step)
 """
+# The same, but a resumed attempt cannot load the checkpoint (the code "changed" since it was written).
+BROKEN_RESUME = CHECKPOINTING.replace("""start = nbtrain.restore(accelerator)
+""", """start = nbtrain.restore(accelerator)
+if start > 0:
+    raise RuntimeError(f"checkpoint of step {start - 1} has layout v1; this code loads v2 only")
+""")
 # 2 nodes x 2 processes; rank 1 raises after every rank printed the debug variables it sees.
 FAILING = """%%distributed --nodes 2 --gpus 2 --name wobbly
 import os
@@ -96,6 +100,17 @@ def test_validate_passes_the_exported_quickstart(home: Path, tmp_path: Path) -> 
     assert skipped is not None and "saved no checkpoint within 3 steps" in str(skipped.get("message"))
     resume = found["resume"].find("skipped")
     assert resume is not None and resume.get("message") == "needs the checkpoint rung, which was skipped"
+
+
+def test_validate_passes_checkpoint_and_resume_of_a_job_that_checkpoints(home: Path, tmp_path: Path) -> None:
+    job = export_cell(tmp_path, "ckpt", CHECKPOINTING)
+    done = nbtrain("validate", str(job), "--steps", "3", "--junit", str(tmp_path / "junit.xml"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    found = cases(tmp_path / "junit.xml")
+    assert [n for n, c in found.items() if c.find("failure") is None and c.find("skipped") is None] == RUNGS
+    # steps 0-2 saved; the new attempt restored step 2 and reported step 3 next (its own budget: 3 more steps)
+    assert re.search(r"PASS resume .*: run ckpt-\w+ attempt 1 resumed from step 2, continued at step 3", done.stdout), \
+        done.stdout
 
 
 def test_validate_fails_the_resume_rung_of_a_job_whose_resume_is_broken(home: Path, tmp_path: Path) -> None:
