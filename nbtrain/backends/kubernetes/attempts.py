@@ -70,14 +70,20 @@ def _restart(backend: KubernetesBackend, failed: RunHandle) -> RunHandle | None:
     try:
         record = backend.store.load(failed.run_id)
         bundle_dir = backend.store.bundles / record.bundle_digest
+        if not bundle_dir.is_dir():
+            raise NbtrainError(f"the bundle {record.bundle_digest[:12]} of run {failed.run_id} is gone from "
+                               f"{backend.store.bundles}; run its cell again with --resume {failed.run_id}")
         plan = backend.plan_restart(record.spec, str(bundle_dir), record.bundle_digest, failed.run_id,
                                     attempt=attempt, restart_budget=int(failed.data.get("restart_budget", attempt)))
         return backend.submit(plan)
-    except NbtrainError as error:
+    except (NbtrainError, OSError) as error:  # OSError: the stored bundle is gone
         files = AttemptFiles(root)
         status = files.read_status() or {}
         failure = dict(status.get("failure") or {"reason": "the attempt failed"})
         failure["reason"] = f"{failure.get('reason')}; the automatic restart (attempt {attempt}) failed: {error}"
+        out = EventWriter(files.events_dir / "restart.jsonl", "kubernetes-restart", attempt=failed.attempt)
+        out.emit(EventKind.FAILURE, **failure)
+        out.emit(EventKind.STATE, state=RunState.FAILED.value, reason=failure["reason"])
         files.write_status({**status, "retrying": False, "failure": failure})
         return None
 

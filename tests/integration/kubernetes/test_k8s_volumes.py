@@ -69,3 +69,29 @@ def test_a_cancel_while_a_restart_is_due_ends_the_run_without_a_new_attempt(clus
     assert k8s_backend.status(run.handle).state is RunState.CANCELLED
     assert not k8s_backend.store.attempt_dir(run.id, 1).exists(), "a cancelled run started another attempt"
     assert [(a["attempt"], a["state"]) for a in run.attempts()] == [(0, "cancelled")]
+
+
+def test_a_restart_that_cannot_be_planned_ends_the_run_saying_why(cluster: FakeCluster, k8s_backend: Any) -> None:
+    import shutil
+
+    from nbtrain.backends.kubernetes.backend import stop_mirrors
+
+    cluster.add_claim(NAMESPACE, "ckpt")
+    run = submit_bundle(capture_cell("raise RuntimeError('attempt fails')\n", {"__name__": "__main__"}),
+                        JobSpec(name="unplannable", backend="kubernetes", device="cpu", volumes=("ckpt:/ckpt",),
+                                max_restarts=1),
+                        store=k8s_backend.store, backend=k8s_backend)
+    status = k8s_backend.store.attempt_dir(run.id, 0) / "status.json"
+    run.stop_watching()
+    deadline = time.monotonic() + 90
+    while '"retrying": true' not in (status.read_text() if status.exists() else "") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert '"retrying": true' in status.read_text(), "attempt 0 never failed with a restart due"
+    stop_mirrors()
+    shutil.rmtree(k8s_backend.store.bundles / k8s_backend.store.load(run.id).bundle_digest)
+    state = k8s_backend.status(run.handle)
+    assert state.state is RunState.FAILED
+    assert state.failure is not None and "the automatic restart (attempt 1) failed" in state.failure.reason, state
+    assert not k8s_backend.store.attempt_dir(run.id, 1).exists()
+    assert [(a["attempt"], a["state"]) for a in run.attempts()] == [(0, "failed")]
+    assert run.status() is RunState.FAILED
