@@ -135,3 +135,33 @@ def test_volumes_round_trip_through_nbtrain_toml_and_the_store() -> None:
     assert spec_from_toml(spec_to_toml(spec)).volumes == spec.volumes
     assert JobSpec.from_dict(spec.to_dict()) == spec
     assert "volumes" not in spec_to_toml(JobSpec()).get("kubernetes", {})
+
+
+def test_a_pod_waiting_for_a_claim_that_does_not_exist_is_told_with_the_claims_name() -> None:
+    from nbtrain.backends.kubernetes.podstate import missing_claim, pod_info
+
+    def pod(message: str) -> dict[str, Any]:
+        return {"metadata": {"name": "run-0", "uid": "u1"}, "status": {"phase": "Pending", "conditions": [
+            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}]}}
+
+    waiting = pod_info(pod('0/3 nodes are available: persistentvolumeclaim "team-data" not found. preemption: ...'),
+                       "job", "trainer")
+    found = missing_claim([waiting])
+    assert found is not None and found[1] == "team-data" and found[0].name == "run-0"
+    assert missing_claim([pod_info(pod("0/3 nodes are available: 3 Insufficient nvidia.com/gpu."), "job",
+                                   "trainer")]) is None
+
+
+def test_exported_manifests_of_every_flavor_mount_the_volumes(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    from nbtrain.bundle import capture_cell
+    from nbtrain.export.manifests import kubernetes_manifests
+
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "no-kubeconfig"))
+    monkeypatch.setenv("NBTRAIN_K8S_IMAGE", "ghcr.io/org/train:1")
+    bundle = capture_cell("6 * 7\n", {"__name__": "__main__"})
+    spec = JobSpec(name="exported", backend="kubernetes", volumes=("training-data:/data",), max_restarts=1)
+    manifests = kubernetes_manifests(spec, bundle)
+    assert manifests.missing == {}
+    for flavor, text in manifests.yaml.items():
+        assert "claimName: training-data" in text and "mountPath: /data" in text, flavor
+        assert "/data/nbtrain-checkpoints/exported" in text, flavor
