@@ -45,9 +45,16 @@ def job_of(record: RunRecord) -> str:
 def read_store(store: Store, user: str | None = None) -> list[RunFacts]:
     """Every readable run of ``store`` as RunFacts of ``user`` (default: the store directory's owner).
 
-    Records that fail to parse are skipped (as ``Store.records`` does)."""
+    Records that fail to parse are skipped (as ``Store.records`` does), and so are the runs ``nbtrain validate``
+    starts (its rungs' runs are checks of a job, not the team's work: they would count as failures and recoveries).
+    """
     who = user or store_owner(store.root)
-    return [_run_facts(store, record, who) for record in store.records()]
+    return [_run_facts(store, record, who) for record in store.records() if not is_validation(record)]
+
+
+def is_validation(record: RunRecord) -> bool:
+    """Whether ``record`` is a run of ``nbtrain validate``'s ladder (it marks them ``notebook.validate=RUNG``)."""
+    return bool((record.notebook or {}).get("validate"))
 
 
 def _run_facts(store: Store, record: RunRecord, user: str) -> RunFacts:

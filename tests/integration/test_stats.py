@@ -86,6 +86,10 @@ def known_store(root: Path, now: float) -> float:
             t0 + 3000, "succeeded", t0 + 6610, [{"attempt": 0, "submitted": t0 + 3000}], backend="slurm")
     _started(store, "big-000005", 0, [t0 + 3030 - r for r in range(8)])
     _status(store, "big-000005", 0, "succeeded", t0 + 3010, t0 + 6610)
+    # F: a run of `nbtrain validate`'s ladder (a check of a job directory): counted nowhere
+    _record(store, "check-000006", JobSpec(name="check", procs_per_node=2), t0 + 7000, "failed", t0 + 7030,
+            [{"attempt": 0, "submitted": t0 + 7000}], notebook={"job_dir": "/ci/job", "validate": "distributed"})
+    _status(store, "check-000006", 0, "failed", t0 + 7001, t0 + 7030)
     return t0
 
 
