@@ -9,6 +9,7 @@ cannot be judged on a broken platform. The JUnit XML CI servers read is rendered
 from __future__ import annotations
 
 import enum
+import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -139,6 +140,16 @@ def render(outcomes: Sequence[Outcome]) -> str:
     return "\n".join(lines)
 
 
+# characters XML 1.0 cannot carry at all (ElementTree writes them as they are: a parser then rejects the report)
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
+
+
+def xml_text(text: str) -> str:
+    """``text`` as XML 1.0 can carry it: a rank's output holds ANSI colours (ESC), carriage returns of progress
+    bars and the odd NUL; the characters XML forbids become ``\\xNN`` (the rest is escaped by ElementTree)."""
+    return _NOT_XML.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
 def junit_xml(outcomes: Sequence[Outcome], *, suite: str, timestamp: float | None = None) -> str:
     """JUnit XML (the Ant schema GitHub Actions, GitLab CI and Jenkins read): one testcase per rung."""
     failures = sum(o.status is Status.FAILED for o in outcomes)
@@ -154,11 +165,11 @@ def junit_xml(outcomes: Sequence[Outcome], *, suite: str, timestamp: float | Non
                                       time=f"{o.seconds:.3f}")
         if o.status is Status.FAILED:
             blame = o.blame.value if o.blame else "job"
-            failure = ElementTree.SubElement(case, "failure", message=f"[{blame}] {o.message}", type=blame)
-            failure.text = f"{o.rung.value} ({DESCRIPTIONS[o.rung]}) failed: {o.message}"
+            failure = ElementTree.SubElement(case, "failure", message=xml_text(f"[{blame}] {o.message}"), type=blame)
+            failure.text = xml_text(f"{o.rung.value} ({DESCRIPTIONS[o.rung]}) failed: {o.message}")
         elif o.status is Status.SKIPPED:
-            ElementTree.SubElement(case, "skipped", message=o.message)
+            ElementTree.SubElement(case, "skipped", message=xml_text(o.message))
         if o.output:
-            ElementTree.SubElement(case, "system-out").text = o.output
+            ElementTree.SubElement(case, "system-out").text = xml_text(o.output)
     ElementTree.indent(root)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ElementTree.tostring(root, encoding="unicode") + "\n"

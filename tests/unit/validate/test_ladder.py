@@ -99,3 +99,15 @@ def test_junit_xml_parses_with_one_testcase_per_rung() -> None:
     assert cases["imports"].findtext("system-out") == "trace"
     assert cases["paths"].find("skipped") is not None
     assert Status.PASSED.value == "passed"
+
+
+def test_junit_xml_carries_rank_output_with_control_characters() -> None:
+    # a traceback as a terminal shows it: ANSI colours (ESC), a progress bar's carriage returns, a NUL
+    output = "\x1b[31mTraceback\x1b[0m (most recent call last)\r\n  step 3/10\r\x00done\n"
+    outcomes = [Outcome.failed(Rung.RESUME, "rank 0 failed: \x1b[1mRuntimeError\x1b[0m", Blame.JOB, output=output)]
+    root = ElementTree.fromstring(junit_xml(outcomes, suite="s", timestamp=0).split("\n", 1)[1])  # parses
+    case = root.find("testsuite/testcase")
+    assert case is not None
+    failure = case.find("failure")
+    assert failure is not None and failure.get("message") == "[job] rank 0 failed: \\x1b[1mRuntimeError\\x1b[0m"
+    assert case.findtext("system-out") == "\\x1b[31mTraceback\\x1b[0m (most recent call last)\n  step 3/10\n\\x00done\n"
