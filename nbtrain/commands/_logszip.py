@@ -14,6 +14,7 @@ Secret-looking ``--env`` values are ``***`` (nbtrain.secrets), as in every other
 from __future__ import annotations
 
 import json
+import os
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -22,8 +23,13 @@ __all__ = ["write_logs_zip"]
 
 
 def _attempts(run: Any) -> list[int]:
-    numbers = sorted({int(a["attempt"]) for a in run.record.attempts if "attempt" in a})
-    return numbers or [0]
+    """Every attempt of ``run``: those the record lists (first submit, resumes) and those that only have a
+    directory in the store (automatic restarts are not listed in the record)."""
+    from nbtrain.backends.storecursor import attempt_numbers
+
+    numbers = {int(a["attempt"]) for a in run.record.attempts if "attempt" in a}
+    numbers.update(attempt_numbers(run.store, run.id))
+    return sorted(numbers) or [0]
 
 
 def failure_text(failure: Any) -> str:
@@ -37,12 +43,27 @@ def failure_text(failure: Any) -> str:
 
 
 def write_logs_zip(run: Any, path: Path) -> list[str]:
-    """Write the zip of ``run`` (see the module doc) to ``path`` atomically; the names written, in order."""
-    from nbtrain.cli import _run_json
-
+    """Write the zip of ``run`` (see the module doc) to ``path`` atomically, readable by its owner only; the names
+    written, in order. Nothing is left behind when writing fails."""
     names: list[str] = []
     tmp = path.with_name(path.name + ".partial")
-    with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+    tmp.unlink(missing_ok=True)  # a leftover of an interrupted write
+    # private, as the store it copies from: the logs hold whatever the training code printed
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            _write(run, handle, names)
+        tmp.replace(path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return names
+
+
+def _write(run: Any, handle: Any, names: list[str]) -> None:
+    from nbtrain.cli import _run_json
+
+    with zipfile.ZipFile(handle, "w", compression=zipfile.ZIP_DEFLATED) as archive:
         def put(name: str, text: str) -> None:
             archive.writestr(name, text)
             names.append(name)
@@ -58,5 +79,3 @@ def write_logs_zip(run: Any, path: Path) -> list[str]:
         environments = {str(e.rank): dict(e.data) for e in run.events()
                         if e.kind.value == "env" and e.rank is not None}
         put("environment.json", json.dumps(environments, indent=2, sort_keys=True, default=str) + "\n")
-    tmp.replace(path)
-    return names

@@ -156,6 +156,8 @@ def test_debug_logs_zip_and_env_diff_of_a_failed_2x2_run(home: Path, tmp_path: P
 
     done = nbtrain("logs", source, "--all", "-o", str(tmp_path / "logs.zip"))
     assert done.returncode == 0, done.stderr
+    assert (tmp_path / "logs.zip").stat().st_mode & 0o777 == 0o600  # private, as the store it copies from
+    assert not (tmp_path / "logs.zip.partial").exists()
     with zipfile.ZipFile(tmp_path / "logs.zip") as archive:
         names = set(archive.namelist())
         assert {f"logs/attempt-0/rank-{r}.log" for r in range(4)} <= names
