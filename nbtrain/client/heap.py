@@ -30,7 +30,9 @@ def _malloc_trim() -> Callable[[int], int] | None:
         if sys.platform.startswith("linux"):
             try:
                 libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-                _trim = libc.malloc_trim
+                trim = libc.malloc_trim  # int malloc_trim(size_t pad)
+                trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
+                _trim = trim
             except (OSError, AttributeError):  # not glibc
                 _trim = None
     return _trim

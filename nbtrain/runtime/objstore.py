@@ -119,10 +119,22 @@ def save(accelerator: Any, step: int, url: str, *, rank: int, attempt: int, keep
 
 
 def _latest_step(fs: Any, root: str) -> int | None:
+    """The step ``latest`` names; None when there is no ``latest`` (no checkpoint committed yet) or it is garbled.
+
+    Any other error reading it (throttling, network, permissions: s3fs raises OSError) is raised: taken for "no
+    checkpoint", one rank would start from step 0 while the others restore, or every rank would, and the next
+    save would name a lower step ``latest`` and hide the good ones.
+    """
     try:
-        name = fs.cat_file(f"{root}/{LATEST}").decode("utf-8").strip()
-        return int(name.split("-", 1)[1])
-    except (OSError, ValueError, IndexError):
+        text = fs.cat_file(f"{root}/{LATEST}")
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        raise RuntimeError(f"cannot read the checkpoint marker {root}/{LATEST} ({error}); nothing was restored or "
+                           "saved: check the storage's credentials and reachability, then resume") from error
+    try:
+        return int(text.decode("utf-8").strip().split("-", 1)[1])
+    except (UnicodeDecodeError, ValueError, IndexError):
         return None
 
 
