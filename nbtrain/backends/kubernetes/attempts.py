@@ -8,15 +8,22 @@ pods) with the same spec, bundle and ``--volume``s; its ranks restore from the l
 Who starts it: the mirror of the failed attempt writes its verdict with ``retrying: true`` (its attempt is below the
 run's restart budget and nobody cancelled). Whichever process next asks for the run's status (the kernel's watcher,
 ``attach``, the CLI) follows the handle forward: :func:`follow` reads each attempt's ``handle.json`` (written by
-``submit``) and, at a retrying attempt without a successor, claims the restart (``restart.claim``, created
-exclusively, so one process starts it) and submits the next attempt. The run record keeps its first handle, as with
-the local backend, whose status also follows automatic restarts.
+``submit``) and, at a retrying attempt without a successor, claims the restart and submits the next attempt. The
+claim is an exclusive lock on ``restart.claim`` held while the restart is planned and submitted (or cancelled):
+one process at a time, and a claimant that dies (a killed kernel, Ctrl-C) releases it with its descriptor, so the
+next process to look starts the restart instead of the run waiting in "restarting" for ever. Under the lock the
+state is read again: a successor already submitted, or a cancel recorded, ends the claim without a second start.
+The run record keeps its first handle, as with the local backend, whose status also follows automatic restarts.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +41,7 @@ __all__ = ["HANDLE_FILE", "cancel_restart", "follow", "write_handle"]
 
 HANDLE_FILE = "handle.json"
 CLAIM_FILE = "restart.claim"
+CLAIM_WAIT_S = 60.0  # a cancel waits this long for a restart being submitted (planning and one create call)
 
 
 def write_handle(root: Path, handle: RunHandle) -> None:
@@ -49,23 +57,49 @@ def _read_handle(backend: KubernetesBackend, run_id: str, attempt: int) -> RunHa
     return RunHandle(backend.name, run_id, data) if isinstance(data, dict) else None
 
 
-def _claim(root: Path) -> bool:
-    """True for the one process that creates ``restart.claim`` in the failed attempt's directory."""
+@contextmanager
+def _claimed(root: Path, *, wait: bool = False) -> Iterator[bool]:
+    """Hold the restart claim of the failed attempt in ``root`` (True), or False while another process holds it
+    (``wait``: until it lets go, at most :data:`CLAIM_WAIT_S`).
+
+    The lock goes with the descriptor: released on leaving, or when the holder dies.
+    """
+    fd = os.open(root / CLAIM_FILE, os.O_RDWR | os.O_CREAT, 0o600)
     try:
-        fd = os.open(root / CLAIM_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        return False
-    with os.fdopen(fd, "w") as handle:
-        handle.write(str(os.getpid()))
-    return True
+        deadline = time.monotonic() + (CLAIM_WAIT_S if wait else 0.0)
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    yield False
+                    return
+                time.sleep(0.1)
+        yield True
+    finally:
+        os.close(fd)
+
+
+def _due(backend: KubernetesBackend, failed: RunHandle) -> bool:
+    """Whether the restart after ``failed`` is still to be started (read under the claim: the state may have
+    moved on since the caller looked: a successor submitted, a cancel or a final verdict recorded)."""
+    status = AttemptFiles(backend.store.attempt_dir(failed.run_id, failed.attempt)).read_status() or {}
+    return bool(status.get("retrying")) and _read_handle(backend, failed.run_id, failed.attempt + 1) is None
 
 
 def _restart(backend: KubernetesBackend, failed: RunHandle) -> RunHandle | None:
     """Plan and submit the attempt after ``failed`` (same spec, bundle and budget); None when another process
-    claimed it. A restart that cannot be planned or submitted is recorded as the failed attempt's final verdict."""
+    holds the claim or the restart is no longer due. A restart that cannot be planned or submitted is recorded as
+    the failed attempt's final verdict."""
     root = backend.store.attempt_dir(failed.run_id, failed.attempt)
-    if not _claim(root):
-        return None
+    with _claimed(root) as mine:
+        if not mine or not _due(backend, failed):
+            return None
+        return _submit_next(backend, failed, root)
+
+
+def _submit_next(backend: KubernetesBackend, failed: RunHandle, root: Path) -> RunHandle | None:
     attempt = failed.attempt + 1
     try:
         record = backend.store.load(failed.run_id)
@@ -76,7 +110,7 @@ def _restart(backend: KubernetesBackend, failed: RunHandle) -> RunHandle | None:
         plan = backend.plan_restart(record.spec, str(bundle_dir), record.bundle_digest, failed.run_id,
                                     attempt=attempt, restart_budget=int(failed.data.get("restart_budget", attempt)))
         return backend.submit(plan)
-    except (NbtrainError, OSError) as error:  # OSError: the stored bundle is gone
+    except Exception as error:  # noqa: BLE001 - whatever stops the restart becomes the run's verdict, never a hang
         files = AttemptFiles(root)
         status = files.read_status() or {}
         failure = dict(status.get("failure") or {"reason": "the attempt failed"})
@@ -112,13 +146,14 @@ def cancel_restart(backend: KubernetesBackend, handle: RunHandle) -> bool:
     latest = follow(backend, handle, start=False)
     root = backend.store.attempt_dir(latest.run_id, latest.attempt)
     files = AttemptFiles(root)
-    status = files.read_status()
-    if not status or not status.get("retrying") or _read_handle(backend, latest.run_id, latest.attempt + 1):
+    if not _due(backend, latest):
         return False
-    if not _claim(root):
-        return False  # another process is starting it: cancelling the new attempt is the caller's next step
-    reason = "cancelled by the user while restarting"
-    EventWriter(files.events_dir / "restart.jsonl", "kubernetes-restart", attempt=latest.attempt).emit(
-        EventKind.STATE, state=RunState.CANCELLED.value, reason=reason)
-    files.write_status({**status, "state": RunState.CANCELLED.value, "retrying": False, "detail": reason})
-    return True
+    with _claimed(root, wait=True) as mine:  # a restart being submitted now: wait for it, then cancel that one
+        if not mine or not _due(backend, latest):
+            return False  # it was started: cancelling the new attempt is the caller's next step
+        status = files.read_status() or {}
+        reason = "cancelled by the user while restarting"
+        EventWriter(files.events_dir / "restart.jsonl", "kubernetes-restart", attempt=latest.attempt).emit(
+            EventKind.STATE, state=RunState.CANCELLED.value, reason=reason)
+        files.write_status({**status, "state": RunState.CANCELLED.value, "retrying": False, "detail": reason})
+        return True
