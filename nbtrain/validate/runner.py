@@ -190,19 +190,51 @@ def _paths(state: _State) -> Outcome:
 
     configured = spec.checkpoint_dir is not None
     store = Store()
-    root = Path(spec.checkpoint_dir).expanduser() if spec.checkpoint_dir else store.root / "runs"
+    if configured:
+        return _checkpoints_writable(str(spec.checkpoint_dir), store, notes)
+    root = store.root / "runs"
     try:
-        if configured:
-            root.mkdir(parents=True, exist_ok=True)
-        else:
-            store.ensure_writable()  # creates the store private (0700), as a first run would
+        store.ensure_writable()  # creates the store private (0700), as a first run would
         with tempfile.NamedTemporaryFile(dir=root, prefix=".nbtrain-validate-"):
             pass
     except OSError as error:
-        what = f"--checkpoint-dir {root}" if configured else f"the run store {root}"
-        return Outcome.failed(Rung.PATHS, f"{what} is not writable ({error.strerror}); fix its permissions or "
-                              "choose another directory", Blame.JOB if configured else Blame.PLATFORM)
+        return Outcome.failed(Rung.PATHS, f"the run store {root} is not writable ({error.strerror}); fix its "
+                              "permissions or set NBTRAIN_HOME to a directory this user owns", Blame.PLATFORM)
     notes.append(f"checkpoints writable under {root}")
+    return Outcome.passed(Rung.PATHS, "; ".join(notes))
+
+
+def _checkpoints_writable(checkpoint_dir: str, store: Any, notes: list[str]) -> Outcome:
+    """The paths rung for ``--checkpoint-dir``: a local directory (created) or an fsspec URL (``s3://…``, or
+    ``checkpoint://`` through the configured roots) where a probe object is written and removed again."""
+    from nbtrain.secrets import redact_url
+    from nbtrain.storage.checkpoints import run_checkpoint_root
+    from nbtrain.storage.fs import filesystem
+    from nbtrain.storage.uris import local_path
+
+    probe = f".nbtrain-validate-{os.getpid()}-{int(time.time() * 1000)}"
+    try:
+        target = run_checkpoint_root(checkpoint_dir, probe, default=store.root / "runs")
+    except NbtrainError as error:
+        return Outcome.failed(Rung.PATHS, f"--checkpoint-dir {checkpoint_dir}: {error}", Blame.JOB)
+    local = local_path(target)
+    try:
+        if local is not None:
+            root = Path(local).parent
+            root.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile(dir=root, prefix=".nbtrain-validate-"):
+                pass
+            shown = str(root)
+        else:
+            fs, path = filesystem(target)
+            fs.pipe_file(path, b"nbtrain validate probe\n")
+            fs.rm_file(path)
+            shown = redact_url(target.rsplit("/", 1)[0])
+    except OSError as error:
+        reason = error.strerror or str(error) or type(error).__name__
+        return Outcome.failed(Rung.PATHS, f"--checkpoint-dir {redact_url(checkpoint_dir)} is not writable ({reason}); "
+                              "fix its permissions or credentials, or choose another location", Blame.JOB)
+    notes.append(f"checkpoints writable under {shown}")
     return Outcome.passed(Rung.PATHS, "; ".join(notes))
 
 
@@ -263,9 +295,30 @@ def _checkpoint(state: _State) -> Outcome:
         return Outcome.skipped(Rung.CHECKPOINT, f"the job saved no checkpoint within {state.settings.steps} steps "
                                "(nbtrain.save_checkpoint(accelerator, step)); raise --steps if it saves less often")
     latest = saved[-1]
-    loaded = load_checkpoint_files(Path(str(latest["path"])))
+    loaded = load_checkpoint_files(Path(str(latest["path"]))) if _is_local(str(latest["path"])) \
+        else _load_remote_checkpoint(str(latest["path"]))
     state.checkpoint = dict(latest)
     return Outcome.passed(Rung.CHECKPOINT, f"step {latest['step']} ({latest['path']}): {loaded}")
+
+
+def _is_local(path: str) -> bool:
+    from nbtrain.storage.uris import is_remote
+
+    return not is_remote(path)
+
+
+def _load_remote_checkpoint(url: str) -> str:
+    """:func:`load_checkpoint_files` of a checkpoint on object storage, downloaded into a temporary directory."""
+    from nbtrain.storage.fs import filesystem
+    from nbtrain.validate.checkpoints import load_checkpoint_files
+
+    fs, path = filesystem(url)
+    with tempfile.TemporaryDirectory(prefix="nbtrain-validate-ckpt-") as local:
+        for remote in fs.find(path):
+            target = Path(local) / remote[len(path):].lstrip("/")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            fs.get_file(remote, str(target))
+        return load_checkpoint_files(Path(local))
 
 
 def _resume(state: _State) -> Outcome:
