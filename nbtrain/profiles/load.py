@@ -12,7 +12,8 @@ Sources, in the order a later one shadows an earlier profile of the same name:
    for ``nbtrain submit DIR``).
 
 A broken source does not hide the others: its error is kept in :attr:`Catalog.problems` and reported when the
-catalog is listed, or when a name it may have defined is asked for.
+catalog is listed, or when a name it may have defined is asked for. A user's or a project's profile never replaces
+a built-in or package profile that locks options (:func:`locks_out`): it is reported as a problem instead.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ except ModuleNotFoundError:  # Python 3.10
 from nbtrain.errors import SpecError
 from nbtrain.profiles.model import Profile, parse_document
 
-__all__ = ["BUILTIN_DIR", "ENTRY_POINT_GROUP", "Catalog", "config_dir", "load_catalog"]
+__all__ = ["BUILTIN_DIR", "ENTRY_POINT_GROUP", "Catalog", "config_dir", "load_catalog", "locks_out"]
 
 ENTRY_POINT_GROUP = "nbtrain.profiles"
 BUILTIN_DIR = Path(__file__).resolve().parent / "builtin"
@@ -141,7 +142,19 @@ def load_catalog(project_toml: Path | None = None) -> Catalog:
             problems.append(str(error))
             continue
         for profile in found:
-            if profile.name in profiles:
-                shadowed.append((profiles[profile.name], profile))
+            earlier = profiles.get(profile.name)
+            if earlier is not None and locks_out(earlier, profile):
+                problems.append(f"{profile.source}: defines profile {profile.name!r}, which {earlier.source} locks "
+                                f"({', '.join(sorted(earlier.locked))}); a user or project profile cannot replace "
+                                f"a locked one: give yours another name (ask {earlier.who_to_ask()} about the locks)")
+                continue
+            if earlier is not None:
+                shadowed.append((earlier, profile))
             profiles[profile.name] = profile
     return Catalog(profiles, tuple(shadowed), tuple(problems))
+
+
+def locks_out(earlier: Profile, later: Profile) -> bool:
+    """Whether ``later`` may not shadow ``earlier``: a profile with locks, from the package or a platform team's
+    package, is not replaced by a user's or a project's profile of the same name (that would drop its locks)."""
+    return bool(earlier.locked) and earlier.origin in ("built-in", "package") and later.origin in ("user", "project")

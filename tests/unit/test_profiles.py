@@ -121,3 +121,18 @@ def test_export_applies_the_profile_of_the_magic_line(tmp_path: Path, monkeypatc
     with pytest.raises(SpecError, match=r"^cell 3: %%distributed --profile multinode-ddp --strategy fsdp: --strategy "
                                         r"fsdp: profile 'multinode-ddp' .* locks strategy to ddp"):
         job_spec_from_header("--profile multinode-ddp --strategy fsdp", "cell 3")
+
+
+def test_a_user_or_project_profile_cannot_replace_a_locked_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NBTRAIN_CONFIG_DIR", str(tmp_path / "config"))
+    (tmp_path / "config" / "profiles").mkdir(parents=True)
+    # the built-in multinode-ddp locks the strategy; a user's copy without the lock would drop it
+    (tmp_path / "config" / "profiles" / "multinode-ddp.toml").write_text(
+        'version = "9"\n[options]\nstrategy = "fsdp"\n')
+    project = tmp_path / "nbtrain.toml"
+    project.write_text('[profiles.multinode-ddp]\nversion = "8"\n[profiles.multinode-ddp.options]\nnodes = 1\n')
+    catalog = load_catalog(project)
+    kept = catalog.get("multinode-ddp")
+    assert kept.origin == "built-in" and "--strategy" in kept.locked
+    assert len(catalog.problems) == 2 and all("cannot replace a locked one" in p for p in catalog.problems)
+    assert "multinode-ddp.toml" in catalog.problems[0] and str(project) in catalog.problems[1]
