@@ -38,7 +38,11 @@ def _patch_accelerator_log() -> None:
     # monitor sees each rank's step (stragglers), then defers to Accelerate's trackers as usual.
     @functools.wraps(original)
     def log(self: Any, values: dict[str, Any], step: int | None = None, log_kwargs: dict[str, Any] | None = None) -> Any:
-        metrics.record(values, step)
+        try:
+            metrics.record(values, step)
+        except metrics.StepBudgetReached:  # NBTRAIN_MAX_STEPS: the last step's values still reach the trackers
+            original(self, values, step=step, log_kwargs=log_kwargs or {})
+            raise
         return original(self, values, step=step, log_kwargs=log_kwargs or {})
 
     log._nbtrain = True  # type: ignore[attr-defined]

@@ -22,8 +22,7 @@ ENV_MAX_STEPS = "NBTRAIN_MAX_STEPS"
 
 _warned_outside = False
 _skipped_keys: set[str] = set()
-_steps_counted = 0
-_last_counted: int | None = None
+_steps_seen: set[int] = set()  # the distinct steps reported in this process (kept only under a step budget)
 
 
 class StepBudgetReached(SystemExit):
@@ -82,16 +81,14 @@ def record(values: Mapping[str, Any], step: int | None, total: int | None = None
 
 def _count_step(ctx: context.WorkerContext, step: int) -> None:
     """Count ``step`` towards NBTRAIN_MAX_STEPS; raise StepBudgetReached at the budget (see module docstring)."""
-    global _steps_counted, _last_counted
-    if step == _last_counted:
-        return
-    _last_counted = step
-    _steps_counted += 1
     try:
         budget = int(os.environ.get(ENV_MAX_STEPS, "0") or 0)
     except ValueError:
         budget = 0
-    if budget > 0 and _steps_counted >= budget:
+    if budget <= 0 or step in _steps_seen:
+        return
+    _steps_seen.add(step)
+    if len(_steps_seen) >= budget:
         if ctx.rank == 0:
             ctx.emit(EventKind.NOTICE, message=f"stopped after {budget} step(s) ({ENV_MAX_STEPS}={budget}), "
                                                f"at step {step}")
