@@ -25,7 +25,6 @@ with point ``before-files``, ``mid-files`` or ``before-latest`` kills rank 0 wit
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -39,6 +38,7 @@ from urllib.parse import unquote, urlsplit
 
 from nbtrain.events import EventKind
 from nbtrain.runtime import context
+from nbtrain.runtime.ckptfiles import LATEST, MANIFEST, sha256_file, step_name
 
 __all__ = ["checkpoint_root", "committed_checkpoints", "restore", "save_checkpoint", "verify_checkpoint"]
 
@@ -46,8 +46,6 @@ ENV_CHECKPOINT_DIR = "NBTRAIN_CHECKPOINT_DIR"
 ENV_RESUME_FROM = "NBTRAIN_RESUME_FROM"
 ENV_KEEP = "NBTRAIN_KEEP_CHECKPOINTS"
 ENV_FAULT = "NBTRAIN_FAULT_INJECT"
-MANIFEST = "manifest.json"
-LATEST = "latest"
 
 
 def _remote(root: str) -> bool:
@@ -82,16 +80,6 @@ def checkpoint_root() -> Path:
     return _local(root)
 
 
-def _name(step: int) -> str:
-    return f"step-{step:09d}"
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while chunk := handle.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _fsync_dir(path: Path) -> None:
@@ -140,10 +128,10 @@ def save_checkpoint(accelerator: Any, step: int, **extra: Any) -> Path | str | N
     _fault("before-files", step, rank)
     accelerator.save_state(str(staging))
     _barrier(accelerator)
-    final = root / _name(step)
+    final = root / step_name(step)
     if rank == 0:
         _fault("mid-files", step, rank)
-        files = {p.relative_to(staging).as_posix(): _sha256(p) for p in sorted(staging.rglob("*")) if p.is_file()}
+        files = {p.relative_to(staging).as_posix(): sha256_file(p) for p in sorted(staging.rglob("*")) if p.is_file()}
         manifest = {"format": 1, "step": int(step), "time": time.time(), "attempt": attempt, "files": files,
                     "world_size": int(getattr(accelerator, "num_processes", 1)), "extra": extra}
         with open(staging / MANIFEST, "w", encoding="utf-8") as handle:
@@ -159,7 +147,7 @@ def save_checkpoint(accelerator: Any, step: int, **extra: Any) -> Path | str | N
         _fsync_dir(root)
         _fault("before-latest", step, rank)
         tmp = root / f".{LATEST}.tmp"
-        tmp.write_text(_name(step) + "\n", encoding="utf-8")
+        tmp.write_text(step_name(step) + "\n", encoding="utf-8")
         os.replace(tmp, root / LATEST)
         _fsync_dir(root)
         _prune(root, keep=int(os.environ.get(ENV_KEEP, "3") or 3))
@@ -199,7 +187,7 @@ def _prune(root: Path, keep: int) -> None:
     committed = [s for s in _steps(root) if latest is not None and s <= latest]
     for step in committed[: max(0, len(committed) - max(1, keep))]:
         if step != latest:
-            shutil.rmtree(root / _name(step), ignore_errors=True)
+            shutil.rmtree(root / step_name(step), ignore_errors=True)
     for stale in root.glob(".staging-*"):
         if stale.is_dir() and stale.stat().st_mtime < time.time() - 3600:
             shutil.rmtree(stale, ignore_errors=True)
@@ -223,7 +211,7 @@ def verify_checkpoint(directory: Path) -> tuple[bool, str]:
         path = directory / rel
         if not path.is_file():
             return False, f"{rel} is missing"
-        actual = _sha256(path)
+        actual = sha256_file(path)
         if actual != expected:
             return False, f"{rel} has sha256 {actual[:12]}… but the manifest says {expected[:12]}…"
     return True, "ok"
@@ -238,7 +226,7 @@ def committed_checkpoints(root: Path) -> list[Path]:
     latest = _latest_step(root)
     if latest is None:
         return []
-    return [root / _name(s) for s in reversed(_steps(root)) if s <= latest]
+    return [root / step_name(s) for s in reversed(_steps(root)) if s <= latest]
 
 
 def restore(accelerator: Any) -> int:

@@ -19,7 +19,6 @@ Worker side: stdlib + fsspec (imported when a remote root is used), like the res
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 import tempfile
@@ -28,10 +27,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from nbtrain.runtime.ckptfiles import LATEST, MANIFEST, sha256_file, step_name
+
 __all__ = ["committed", "restore_candidates", "save"]
 
-MANIFEST = "manifest.json"
-LATEST = "latest"
 PARTS = ".parts"
 
 
@@ -45,16 +44,6 @@ def _fs(url: str) -> tuple[Any, str]:
     return fs, path.rstrip("/")
 
 
-def _name(step: int) -> str:
-    return f"step-{step:09d}"
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while chunk := handle.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _upload_rank(fs: Any, local: Path, staging: str, rank: int) -> None:
@@ -63,7 +52,7 @@ def _upload_rank(fs: Any, local: Path, staging: str, rank: int) -> None:
         if path.is_file():
             rel = path.relative_to(local).as_posix()
             fs.put_file(str(path), f"{staging}/{rel}")
-            part[rel] = {"sha256": _sha256(path), "bytes": path.stat().st_size}
+            part[rel] = {"sha256": sha256_file(path), "bytes": path.stat().st_size}
     fs.pipe_file(f"{staging}/{PARTS}/rank-{rank:05d}.json", json.dumps(part, sort_keys=True).encode())
 
 
@@ -101,7 +90,7 @@ def save(accelerator: Any, step: int, url: str, *, rank: int, attempt: int, keep
         manifest = {"format": 1, "step": int(step), "time": time.time(), "attempt": attempt,
                     "files": {rel: info["sha256"] for rel, info in sorted(parts.items())},
                     "world_size": int(getattr(accelerator, "num_processes", 1)), "extra": extra}
-        final = f"{root}/{_name(step)}"
+        final = f"{root}/{step_name(step)}"
         if fs.exists(final):  # the same step saved again after a restart: unmark it first, then replace it
             if fs.exists(f"{final}/{MANIFEST}"):
                 fs.rm_file(f"{final}/{MANIFEST}")
@@ -110,10 +99,10 @@ def save(accelerator: Any, step: int, url: str, *, rank: int, attempt: int, keep
             fs.copy(f"{staging}/{rel}", f"{final}/{rel}")
         fs.pipe_file(f"{final}/{MANIFEST}", json.dumps(manifest, indent=2, sort_keys=True).encode())
         fault("before-latest")
-        fs.pipe_file(f"{root}/{LATEST}", (_name(step) + "\n").encode())
+        fs.pipe_file(f"{root}/{LATEST}", (step_name(step) + "\n").encode())
         fs.rm(staging, recursive=True)
         _prune(fs, root, keep=keep, attempt=attempt)
-        result = (f"{url.rstrip('/')}/{_name(step)}", sum(int(i["bytes"]) for i in parts.values()), len(parts))
+        result = (f"{url.rstrip('/')}/{step_name(step)}", sum(int(i["bytes"]) for i in parts.values()), len(parts))
     barrier()
     return result
 
@@ -162,7 +151,7 @@ def _prune(fs: Any, root: str, *, keep: int, attempt: int) -> None:
     committed_steps = [s for s in _steps(fs, root) if latest is not None and s <= latest]
     for step in committed_steps[: max(0, len(committed_steps) - max(1, keep))]:
         if step != latest:
-            fs.rm(f"{root}/{_name(step)}", recursive=True)
+            fs.rm(f"{root}/{step_name(step)}", recursive=True)
     # Object stores keep no reliable directory times: a staging prefix of an earlier attempt is stale
     # (its gang is gone), one of this attempt below the committed step was abandoned.
     for name in _entries(fs, root):
@@ -183,7 +172,7 @@ def committed(url: str) -> list[str]:
     if latest is None:
         return []
     base = url.rstrip("/")
-    return [f"{base}/{_name(s)}" for s in reversed(_steps(fs, root)) if s <= latest]
+    return [f"{base}/{step_name(s)}" for s in reversed(_steps(fs, root)) if s <= latest]
 
 
 def restore_candidates(url: str) -> list[tuple[str, Callable[[Path], None]]]:

@@ -20,6 +20,7 @@ RUNTIME_MODULES = (
     "nbtrain/bundle/reader.py",
     "nbtrain/runtime/__init__.py",
     "nbtrain/runtime/checkpoint.py",
+    "nbtrain/runtime/ckptfiles.py",
     "nbtrain/runtime/context.py",
     "nbtrain/runtime/hooks.py",
     "nbtrain/runtime/metrics.py",
