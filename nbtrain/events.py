@@ -306,8 +306,6 @@ def _last_seq(path: Path) -> int:
     return last
 
 
-
-
 class FileTail:
     """Incremental reader of an append-only file: yields only complete lines, remembers its offset.
 
