@@ -124,7 +124,8 @@ def _cmd_submit(args: argparse.Namespace) -> int:
         return EXIT_OK
     notebook = {k: str(v) for k, v in (job.bundle.manifest.get("notebook") or {}).items() if v}
     notebook["job_dir"] = str(job.path.resolve())
-    run = client.submit_bundle(job.bundle, spec, notebook=notebook)
+    run = client.submit_bundle(job.bundle, spec, notebook=notebook,
+                               profile=resolved.profile.label if resolved.profile is not None else None)
     if not args.json or args.wait:
         print(f"{run.id}: submitted {spec.nodes} node(s) x {spec.procs} process(es) on {spec.backend}", flush=True)
     return _finish(run, args)

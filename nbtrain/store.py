@@ -110,6 +110,7 @@ class RunRecord:
     state: str = "pending"
     failure: dict[str, Any] | None = None
     ended: float | None = None
+    profile: str | None = None  # "NAME VERSION" of the --profile the run started from (None: none)
     schema: int = RECORD_SCHEMA
 
     def to_dict(self) -> dict[str, Any]:

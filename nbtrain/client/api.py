@@ -48,8 +48,12 @@ def submit_bundle(
     kind: str = "cell",
     notebook: dict[str, Any] | None = None,
     backend: Backend | None = None,
+    profile: str | None = None,
 ) -> Run:
     """Plan and submit ``bundle`` under ``spec``; returns the watched Run at once.
+
+    ``profile``: the profile the spec started from (``"NAME VERSION"``), kept in the run's record (its locks
+    hold for reruns; ``nbtrain stats`` counts the runs started from a template).
 
     Order: write the bundle (content-addressed), plan (all validation; nothing runs), save the
     RunRecord, then start the gang. A failure before or at submit leaves no run behind.
@@ -57,7 +61,7 @@ def submit_bundle(
     store, backend, _ = _prepare(bundle, spec, store, backend)
     run_id = store.new_run_id(spec.name)
     plan = launch.plan_new(store, backend, spec, bundle.digest, run_id)
-    record = launch.start_new_run(store, backend, plan, kind=kind, notebook=notebook)
+    record = launch.start_new_run(store, backend, plan, kind=kind, notebook=notebook, profile=profile)
     return _started(Run(record, store, backend))
 
 
@@ -71,11 +75,14 @@ def attach(run_id: str, *, store: Store | None = None, watch: bool = True) -> Ru
 
 
 def rerun(run_id: str | None = None, *, store: Store | None = None,
-          spec: Callable[[JobSpec], JobSpec] | None = None) -> Run:
+          spec: Callable[[JobSpec], JobSpec] | None = None,
+          locked_base: Callable[[JobSpec], JobSpec] | None = None) -> Run:
     """Run ``run_id`` (default: the newest FAILED run) again as a NEW run: same bundle, no checkpoint.
 
     The spec is the source run's, or ``spec(source_spec)`` (overrides: ``%nbtrain rerun RUN --nodes 1``,
-    ``nbtrain debug``); the new spec is validated by the backend's plan like any submission.
+    ``nbtrain debug``); the new spec is validated by the backend's plan like any submission. The locks of the
+    profile the source run started from hold: an override may not change what it locks, compared with the source's
+    spec, or with ``locked_base(source_spec)`` (``nbtrain debug``: its own small shape is not an override).
     """
     store = store or Store()
     if run_id is None:
@@ -87,11 +94,17 @@ def rerun(run_id: str | None = None, *, store: Store | None = None,
         source = attach(run_id, store=store, watch=False)
     launch.bundle_dir_of(store, source.record.bundle_digest, source.id)
     new_spec = spec(source.spec) if spec is not None else source.spec
+    base_spec = locked_base(source.spec) if locked_base is not None else source.spec
+    if source.record.profile and new_spec != base_spec:
+        from nbtrain.profiles.apply import check_recorded_locks
+
+        check_recorded_locks(source.record.profile, base_spec, new_spec)
     backend = get_backend(source.record.backend if spec is None else new_spec.backend, store=store)
     new_id = store.new_run_id(source.spec.name)
     plan = launch.plan_new(store, backend, new_spec, source.record.bundle_digest, new_id)
     record = launch.start_new_run(store, backend, plan, kind=source.record.kind,
-                                  notebook=dict(source.record.notebook), attempt_info={"rerun_of": source.id})
+                                  notebook=dict(source.record.notebook), attempt_info={"rerun_of": source.id},
+                                  profile=source.record.profile)
     return _started(Run(record, store, backend))
 
 

@@ -45,10 +45,10 @@ def plan_new(store: Store, backend: Backend, spec: JobSpec, digest: str, run_id:
 
 
 def start_new_run(store: Store, backend: Backend, plan: Plan, *, kind: str, notebook: dict[str, Any] | None = None,
-                  attempt_info: dict[str, Any] | None = None) -> RunRecord:
+                  attempt_info: dict[str, Any] | None = None, profile: str | None = None) -> RunRecord:
     """Record and submit attempt 0 of ``plan``; on a refused submit the run's directory is removed again."""
     record = RunRecord(run_id=plan.run_id, spec=plan.spec, bundle_digest=plan.bundle_digest, backend=backend.name,
-                       kind=kind, notebook=dict(notebook or {}))
+                       kind=kind, notebook=dict(notebook or {}), profile=profile)
     record.attempts.append({"attempt": 0, "submitted": time.time(), **(attempt_info or {})})
     store.save(record)
     try:

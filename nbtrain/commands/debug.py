@@ -61,6 +61,13 @@ def overrides(args: argparse.Namespace) -> Any:
     return make
 
 
+def debug_base(args: argparse.Namespace) -> Any:
+    """``source spec -> debug spec`` before the typed options: what a profile's locks are held against (the debug
+    shape itself is allowed; an option the user types may not change a locked value)."""
+    gpus = str(getattr(args, "device", "cpu")).lower() == "gpu"
+    return lambda source: debug_spec(source, gpus=gpus)
+
+
 def _add_options(p: argparse.ArgumentParser, surface: Any) -> None:
     from nbtrain import flags
 
@@ -85,7 +92,7 @@ def _cmd_debug(args: argparse.Namespace) -> int:
     from nbtrain.cli import _finish
 
     source = client.attach(args.run, watch=False)
-    run = client.rerun(source.id, spec=overrides(args))
+    run = client.rerun(source.id, spec=overrides(args), locked_base=debug_base(args))
     spec = run.spec
     shown = ", ".join(f"{k}={v}" for k, v in sorted(spec.env.items()) if k in DEBUG_ENV or k in GPU_DEBUG_ENV)
     if not args.json or args.wait:
@@ -110,7 +117,7 @@ def _magic_debug(args: argparse.Namespace, shell: Any) -> Any:
     if args.out is not None and not args.out.isidentifier():
         raise SpecError(f"--out {args.out!r}: not a valid Python variable name.")
     source = client.attach(args.run, watch=False)
-    run = client.rerun(source.id, spec=overrides(args))
+    run = client.rerun(source.id, spec=overrides(args), locked_base=debug_base(args))
     if args.out is not None:
         shell.user_ns[args.out] = run
     print(f"{run.id}: debugging {source.id} ({run.spec.nodes} node(s) x {run.spec.procs_per_node} process(es), "

@@ -2,8 +2,8 @@
 
 Exit codes: 0 every rung passed or was skipped; 1 the job is broken (a rung failed because of its code or
 configuration); 4 the platform is broken (accelerate or torch missing, the gang could not start, an unwritable
-store). Not here yet: ``--profile NAME`` (checking a job against a profile's locks): runs do not record their
-profile yet, so there is nothing to check an exported job against.
+store). Not here yet: ``--profile NAME`` (checking a job directory against a profile's locks): an exported job
+does not name the profile its cell used.
 """
 
 from __future__ import annotations

@@ -137,7 +137,8 @@ class DistributedMagics(Magics):
                 print()
                 print(render_sources(resolved))
                 return None
-            run = submit_bundle(bundle, spec, notebook=notebook)
+            run = submit_bundle(bundle, spec, notebook=notebook,
+                                profile=resolved.profile.label if resolved.profile is not None else None)
         except (EnvironmentProblem, SpecError, BackendError) as error:
             raise UsageError(f"%%distributed: nothing was submitted. {error}") from None
         if args.out:

@@ -10,7 +10,7 @@ from pathlib import Path
 from nbtrain.flags.parse import default_spec
 from nbtrain.flags.table import OPTIONS
 from nbtrain.profiles.load import load_catalog
-from nbtrain.profiles.resolve import TOML, Resolved, resolve
+from nbtrain.profiles.resolve import TOML, Resolved, check_locks, resolve
 from nbtrain.spec import JobSpec
 
 try:
@@ -18,7 +18,7 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
-__all__ = ["environment_sources", "job_sources", "resolve_args", "toml_sources"]
+__all__ = ["check_recorded_locks", "environment_sources", "job_sources", "resolve_args", "toml_sources"]
 
 
 def environment_sources() -> dict[str, str]:
@@ -56,3 +56,23 @@ def resolve_args(args: argparse.Namespace, *, base: JobSpec | None = None,
     if base is None:
         base, base_sources = default_spec(), environment_sources()
     return resolve(base, args, profile, base_sources)
+
+
+def check_recorded_locks(recorded: str, before: JobSpec, after: JobSpec) -> None:
+    """The locks of the profile a run started from (``recorded``: ``"NAME VERSION"``, from its record) hold for a
+    rerun with overrides (``%nbtrain rerun RUN --strategy …``, ``nbtrain debug``): SpecError when ``after``
+    changes a locked value. A profile no longer installed cannot be checked: then no option it could lock may
+    change (the recorded spec is all that is known of it)."""
+    from nbtrain.errors import SpecError
+    from nbtrain.profiles.load import load_catalog
+
+    name, _, version = recorded.partition(" ")
+    profile = load_catalog().profiles.get(name)
+    if profile is None or profile.version != version:
+        changed = [o.flag for o in OPTIONS if o.field and getattr(after, o.field) != getattr(before, o.field)]
+        if changed:
+            raise SpecError(f"{', '.join(changed)}: this run started from profile {recorded!r}, which is not "
+                            "installed here in that version, so its locks cannot be checked; rerun it without "
+                            "changing options, or submit the job again with --profile.")
+        return
+    check_locks(profile, before, after)

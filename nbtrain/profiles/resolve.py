@@ -25,7 +25,7 @@ from nbtrain.flags.table import OPTIONS
 from nbtrain.profiles.model import Profile, namespace_of
 from nbtrain.spec import JobSpec
 
-__all__ = ["DEFAULT", "FLAG", "TOML", "Resolved", "render_sources", "resolve"]
+__all__ = ["DEFAULT", "FLAG", "TOML", "Resolved", "check_locks", "render_sources", "resolve"]
 
 DEFAULT, TOML, FLAG = "default", "nbtrain.toml", "flag"
 
@@ -81,6 +81,16 @@ def resolve(base: JobSpec, args: argparse.Namespace, profile: Profile | None = N
         else:
             sources[option.flag] = (base_sources or {}).get(option.field, DEFAULT)
     return Resolved(spec, sources, profile)
+
+
+def check_locks(profile: Profile, before: JobSpec, after: JobSpec) -> None:
+    """Raise SpecError when ``after`` (a run's spec with overrides: a rerun, ``nbtrain debug``) changes a value that
+    ``profile`` locks in ``before`` (the spec the run started from), naming the profile, option and value."""
+    for option in OPTIONS:
+        if option.field is not None and option.flag in profile.locked:
+            changed, locked = getattr(after, option.field), getattr(before, option.field)
+            if changed != locked:
+                raise _locked_error(profile, option.flag, changed, locked)
 
 
 def render_sources(resolved: Resolved) -> str:

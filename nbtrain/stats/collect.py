@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from nbtrain.events import EventKind, parse_line
-from nbtrain.spec import Device, JobSpec, slugify
+from nbtrain.spec import Device, slugify
 from nbtrain.stats.compute import compute_stats
 from nbtrain.stats.model import AttemptFacts, AttemptKind, RunFacts, Stats
 from nbtrain.store import RunRecord, Store
@@ -59,15 +59,13 @@ def is_validation(record: RunRecord) -> bool:
 
 def _run_facts(store: Store, record: RunRecord, user: str) -> RunFacts:
     spec = record.spec
-    recorded_profile = "profile" in getattr(JobSpec, "__dataclass_fields__", {})
-    profile = getattr(spec, "profile", None) if recorded_profile else None
     attempts = tuple(_attempts(store, record))
     return RunFacts(
         run_id=record.run_id, user=user, job=job_of(record), backend=record.backend, created=record.created,
         nodes=spec.nodes, procs=spec.procs_per_node, gpu=spec.device is Device.GPU,
         state=attempts[-1].state if attempts else record.state,  # the record's state may predate the verdict
-        attempts=attempts, profile=str(profile) if profile else None,
-        profile_recorded=recorded_profile,
+        attempts=attempts, profile=record.profile,  # "NAME VERSION" of its --profile (records keep it)
+        profile_recorded=True,
     )
 
 

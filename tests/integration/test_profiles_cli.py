@@ -139,3 +139,18 @@ def test_the_magic_refuses_a_locked_override_and_shows_provenance(shell: object,
     assert rows["--nodes"].endswith("profile multinode-ddp 1.0") and rows["--gpus"].endswith("flag")
     assert rows["--strategy"].endswith("profile multinode-ddp 1.0, locked")
     assert not (home / "runs").exists() or not any((home / "runs").iterdir())
+
+
+def test_a_run_keeps_its_profile_and_a_rerun_cannot_change_what_it_locks(shell: object, home: Path) -> None:
+    shell.run_cell_magic("distributed", "--profile multinode-ddp --nodes 1 --gpus 1 --no-monitor --out run",  # type: ignore[attr-defined]
+                         "x = 1")
+    run = shell.user_ns["run"]  # type: ignore[attr-defined]
+    assert run.wait(timeout=240, progress=False).value == "succeeded"
+    from nbtrain.store import Store
+
+    assert Store(home).load(run.id).profile == "multinode-ddp 1.0"  # nbtrain stats counts it as a template run
+    with pytest.raises(UsageError) as error:
+        shell.run_line_magic("nbtrain", f"rerun {run.id} --strategy fsdp")  # type: ignore[attr-defined]
+    assert "--strategy fsdp: profile 'multinode-ddp' (version 1.0, built-in " in str(error.value)
+    assert "locks strategy to ddp; nothing was started" in str(error.value)
+    assert [r.name for r in (home / "runs").iterdir()] == [run.id]  # the refused rerun left nothing

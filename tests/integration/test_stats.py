@@ -48,9 +48,11 @@ def _started(store: Store, run_id: str, attempt: int, times: list[float]) -> Non
 
 
 def _record(store: Store, run_id: str, spec: JobSpec, created: float, state: str, ended: float | None,
-            attempts: list[dict[str, Any]], backend: str = "local", notebook: dict[str, Any] | None = None) -> None:
+            attempts: list[dict[str, Any]], backend: str = "local", notebook: dict[str, Any] | None = None,
+            profile: str | None = None) -> None:
     store.save(RunRecord(run_id, spec, "0" * 64, backend, handle={"attempt": attempts[-1]["attempt"]},
-                         created=created, notebook=notebook or {}, attempts=attempts, state=state, ended=ended))
+                         created=created, notebook=notebook or {}, attempts=attempts, state=state, ended=ended,
+                         profile=profile))
 
 
 def known_store(root: Path, now: float) -> float:
@@ -65,7 +67,8 @@ def known_store(root: Path, now: float) -> float:
     cell = {"path": "work/train.ipynb", "cell_id": "cell-a"}
     _record(store, "train-000002", JobSpec(name="train", procs_per_node=2), t0, "succeeded", t0 + 500,
             [{"attempt": 0, "submitted": t0},
-             {"attempt": 1, "submitted": t0 + 200, "kind": "resume", "bundle_digest": "0" * 64}], notebook=cell)
+             {"attempt": 1, "submitted": t0 + 200, "kind": "resume", "bundle_digest": "0" * 64}], notebook=cell,
+            profile="multinode-ddp 1.0")  # started from a template
     _started(store, "train-000002", 0, [t0 + 3, t0 + 4])  # every rank started 4 s after the submit
     _events(store, "train-000002", 0, 0, (EventKind.CHECKPOINT, t0 + 50, {"step": 10, "path": "/ckpt/10"}))
     _status(store, "train-000002", 0, "failed", t0 + 1, t0 + 100)
@@ -129,7 +132,7 @@ def test_json_has_the_known_figures(store_root: tuple[Path, float], capsys: pyte
     assert (wait["count"], wait["p50"], wait["p90"], wait["max"]) == (3, pytest.approx(10.0), pytest.approx(30.0),
                                                                       pytest.approx(30.0))
     assert wait["mean"] == pytest.approx((4 + 10 + 30) / 3)  # C had a rank that never started: not counted
-    assert doc["templates"]["runs"] == 0 and doc["templates"]["share"] in (None, 0.0)
+    assert (doc["templates"]["runs"], doc["templates"]["share"]) == (1, pytest.approx(1 / 4))  # B, of the window's 4
     assert doc["checkpoint_recovery"] == {"resumed_attempts": 2, "from_checkpoint": 1, "succeeded": 1, "rate": 1.0}
     assert doc["backends"] == [
         {"backend": "local", "runs": 3, "attempts": 5, "process_hours": pytest.approx((2 * 398 + 4 * 120 + 30) / 3600),

@@ -136,3 +136,16 @@ def test_a_user_or_project_profile_cannot_replace_a_locked_one(tmp_path: Path, m
     assert kept.origin == "built-in" and "--strategy" in kept.locked
     assert len(catalog.problems) == 2 and all("cannot replace a locked one" in p for p in catalog.problems)
     assert "multinode-ddp.toml" in catalog.problems[0] and str(project) in catalog.problems[1]
+
+
+def test_a_recorded_profile_keeps_its_locks_for_reruns() -> None:
+    from nbtrain.profiles.apply import check_recorded_locks
+
+    before = JobSpec(name="r", nodes=2, strategy="ddp")
+    check_recorded_locks("multinode-ddp 1.0", before, JobSpec(name="r", nodes=1, strategy="ddp"))  # not locked
+    with pytest.raises(SpecError, match=r"--strategy fsdp: profile 'multinode-ddp' \(version 1\.0"):
+        check_recorded_locks("multinode-ddp 1.0", before, JobSpec(name="r", nodes=2, strategy="fsdp"))
+    # a profile this machine does not have (in that version): nothing may change, since its locks are unknown
+    check_recorded_locks("team-only 7", before, before)
+    with pytest.raises(SpecError, match=r"--nodes: this run started from profile 'team-only 7', which is not"):
+        check_recorded_locks("team-only 7", before, JobSpec(name="r", nodes=1, strategy="ddp"))
