@@ -13,6 +13,7 @@ from nbtrain.backends.kubernetes import names as nm
 from nbtrain.backends.kubernetes.payload import MOUNT_PATH
 from nbtrain.bundle.secrets import looks_like_secret_name
 from nbtrain.errors import SpecError
+from nbtrain.secrets import redact_url
 from nbtrain.spec import JobSpec, split_volume
 
 __all__ = ["RESERVED_MOUNTS", "check_knobs", "check_spec", "check_volumes", "is_quantity"]
@@ -69,6 +70,10 @@ def check_volumes(spec: JobSpec) -> None:
         seen[path] = volume
     if spec.checkpoint_dir is not None and spec.volumes:
         directory = spec.checkpoint_dir
+        if "://" in directory:
+            raise SpecError(f"--checkpoint-dir {redact_url(directory)}: checkpoints on object storage or other URLs are "
+                            "not supported on Kubernetes yet (local and Slurm runs take them); use a directory under a "
+                            f"--volume mount path ({', '.join(seen)}), e.g. --checkpoint-dir {next(iter(seen))}/checkpoints.")
         if not directory.startswith("/") or posixpath.normpath(directory) != directory:
             raise SpecError(f"--checkpoint-dir {directory!r}: on Kubernetes it is a path inside the pods, absolute and "
                             f"without '..', under a --volume mount path ({', '.join(seen)}), e.g. "

@@ -165,3 +165,9 @@ def test_exported_manifests_of_every_flavor_mount_the_volumes(monkeypatch: pytes
     for flavor, text in manifests.yaml.items():
         assert "claimName: training-data" in text and "mountPath: /data" in text, flavor
         assert "/data/nbtrain-checkpoints/exported" in text, flavor
+
+
+def test_a_checkpoint_url_is_refused_on_kubernetes_saying_so(make_plan: MakePlan) -> None:
+    with pytest.raises(SpecError, match=re.escape("--checkpoint-dir s3://team/ckpt: checkpoints on object storage or "
+                                                  "other URLs are not supported on Kubernetes yet")):
+        make_plan(volumes=("data:/data",), checkpoint_dir="s3://team/ckpt")
