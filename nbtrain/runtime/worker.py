@@ -118,12 +118,18 @@ def installed_packages() -> dict[str, str]:
     return dict(sorted(packages.items()))
 
 
-def _heartbeat(ctx: context.WorkerContext, period: float, stop: threading.Event) -> None:
-    # the environment report reads package metadata and imports torch: off the critical path
+ENV_REPORT_WAIT_S = 10.0  # how long a rank whose code is done waits for its environment report to be written
+
+
+def _heartbeat(ctx: context.WorkerContext, period: float, stop: threading.Event, reported: threading.Event) -> None:
+    # the environment report reads package metadata and imports torch: off the critical path (``reported`` is set
+    # once it is written, so a rank whose code ends sooner waits for it instead of exiting without one)
     try:
         ctx.emit(EventKind.ENV, **environment_report())
     except Exception as error:  # noqa: BLE001 - a missing report must not stop training
         ctx.emit(EventKind.NOTICE, message=f"rank {ctx.rank}: environment report failed: {error}")
+    finally:
+        reported.set()
     stall_s = float(os.environ.get(progress.ENV_STALL_S, "0") or 0)
     while not stop.wait(period):
         ctx.emit(EventKind.HEARTBEAT, step=ctx.last_step, **progress.report())
@@ -293,7 +299,9 @@ def main(argv: list[str] | None = None) -> None:
     stall_s = float(os.environ.get(progress.ENV_STALL_S, "0") or 0)
     if stall_s > 0:
         period = min(period, max(0.5, stall_s / 4))  # a stall is seen within 1.25x its threshold
-    threading.Thread(target=_heartbeat, args=(ctx, period, stop), name="nbtrain-heartbeat", daemon=True).start()
+    reported = threading.Event()
+    threading.Thread(target=_heartbeat, args=(ctx, period, stop, reported), name="nbtrain-heartbeat",
+                     daemon=True).start()
     try:
         hooks.install()
         progress.start()
@@ -302,9 +310,11 @@ def main(argv: list[str] | None = None) -> None:
         text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
         sys.stderr.write(f"[nbtrain] rank {rank} could not run the bundle:\n{text}")
         ctx.emit(EventKind.RANK_ERROR, exc_type=type(error).__name__, message=str(error)[:2000], traceback=text[-20000:])
+        reported.wait(ENV_REPORT_WAIT_S)
         _teardown(1)
         return
     stop.set()
+    reported.wait(ENV_REPORT_WAIT_S)  # a short cell ends before the report (a package scan on local rank 0)
     if ok:
         has_result = _write_result(ctx, result)
         ctx.emit(EventKind.RANK_DONE, ok=True, has_result=has_result, step=ctx.last_step, **progress.report())
