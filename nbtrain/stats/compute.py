@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from nbtrain.stats.model import (
     AttemptFacts,
@@ -79,10 +79,16 @@ def _ratio(part: int, whole: int) -> float | None:
     return part / whole if whole else None
 
 
-def _users(runs: Sequence[RunFacts]) -> tuple[UserStats, ...]:
-    by_user: dict[str, list[RunFacts]] = defaultdict(list)
+def _grouped(runs: Sequence[RunFacts], key: Callable[[RunFacts], str]) -> dict[str, list[RunFacts]]:
+    """``runs`` by ``key`` (a user, a backend), each group in the order given."""
+    groups: dict[str, list[RunFacts]] = defaultdict(list)
     for run in runs:
-        by_user[run.user].append(run)
+        groups[key(run)].append(run)
+    return groups
+
+
+def _users(runs: Sequence[RunFacts]) -> tuple[UserStats, ...]:
+    by_user = _grouped(runs, lambda run: run.user)
     out = []
     for user in sorted(by_user):
         mine = by_user[user]
@@ -133,9 +139,7 @@ def _running_seconds(attempt: AttemptFacts, now: float) -> float:
 
 
 def _backends(window: Sequence[RunFacts], now: float) -> tuple[BackendUsage, ...]:
-    by_backend: dict[str, list[RunFacts]] = defaultdict(list)
-    for run in window:
-        by_backend[run.backend].append(run)
+    by_backend = _grouped(window, lambda run: run.backend)
     out = []
     for backend in sorted(by_backend):
         mine = by_backend[backend]
