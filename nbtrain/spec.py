@@ -23,6 +23,8 @@ __all__ = [
 
 _NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# C0/C1 control characters and the Unicode line/paragraph separators: never in a run name
+_CONTROL_RE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 
 class _Choice(str, enum.Enum):
@@ -261,6 +263,10 @@ class JobSpec:
             raise SpecError("--name: the run name is empty; give a short name such as 'digits'.")
         if len(self.name) > 100:
             raise SpecError(f"--name: {self.name[:40]!r}... is {len(self.name)} characters; use at most 100.")
+        if _CONTROL_RE.search(self.name):
+            # the name lands in generated text (job.sbatch comments, README headings): a line break there is code
+            raise SpecError(f"--name: {self.name!r} contains control characters (line breaks, tabs, escapes); "
+                            "give a name of printable characters only, such as 'digits'.")
         if self.timeout_s is not None:
             _check_number("--timeout", self.timeout_s, *NUMBER_LIMITS["timeout_s"], unit="seconds (30 days)")
         _check_number("--collective-timeout", self.collective_timeout_s, *NUMBER_LIMITS["collective_timeout_s"],

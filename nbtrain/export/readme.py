@@ -6,6 +6,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 
 from nbtrain.backends.launch import LaunchTarget, accelerate_argv
+from nbtrain.bundle.render import comment_text
 from nbtrain.spec import JobSpec
 
 from .parameters import Parameter, text_of
@@ -62,9 +63,9 @@ def job_readme(
         first = parameters[0]
         example = f" {first.option} {shlex.quote(text_of(first.default))}"
     lines = [
-        f"# {name}: an nbtrain job",
+        f"# {comment_text(name)}: an nbtrain job",
         "",
-        f"Exported by nbtrain from {origin}. Bundle digest `{digest[:16]}`.",
+        f"Exported by nbtrain from {comment_text(origin)}. Bundle digest `{digest[:16]}`.",
         "",
         "## Run it",
         "",

@@ -22,6 +22,7 @@ import shlex
 
 from nbtrain.backends.launch import LaunchTarget, accelerate_argv, device_env
 from nbtrain.backends.slurm.script import sbatch_options
+from nbtrain.bundle.render import comment_text
 from nbtrain.spec import Device, JobSpec
 
 __all__ = ["SBATCH_NAME", "export_sbatch_script", "uses_gpu"]
@@ -58,7 +59,7 @@ def export_sbatch_script(spec: JobSpec, *, job_name: str | None = None) -> str:
         env.setdefault("OMP_NUM_THREADS", "1")
     lines = [
         "#!/bin/sh",
-        f"# {spec.name}: {gang} under Accelerate, without nbtrain.",
+        f"# {comment_text(spec.name)}: {gang} under Accelerate, without nbtrain.",
         "# Submit from this directory: sbatch job.sbatch   (PYTHON=/path/to/python sbatch job.sbatch for another",
         "# interpreter; it needs torch and accelerate and must be at the same path on every node).",
         *(f"#SBATCH {option}" for option in options),

@@ -15,6 +15,7 @@ from typing import Any
 
 from nbtrain.bundle.analysis import analyze
 from nbtrain.bundle.cellbody import parse_source
+from nbtrain.bundle.render import comment_text
 from nbtrain.spec import JobSpec
 
 from .assemble import assemble_static
@@ -84,7 +85,8 @@ def notebook_job(
     if job_cell.is_distributed:
         spec = job_spec_from_header(args, job_cell.label)
     else:
-        spec = JobSpec(name=Path(path).stem if path else "run")
+        # a file name may hold a line break, which JobSpec refuses in a name: written as an escape (\n) instead
+        spec = JobSpec(name=comment_text(Path(path).stem)[:100] if path else "run")
         notes.append(f"{job_cell.label} has no %%distributed line: nbtrain.toml holds the default spec (1 x 1).")
     body = to_python(raw_body)
     analysis = analyze(parse_source(body, line_offset=offset, what="cell"))
