@@ -11,7 +11,8 @@ This notebook trains a small network on scikit-learn's bundled handwritten **dig
 Accelerate gang: 2 nodes x 2 processes. On a machine without GPUs the ranks run on CPU over gloo;
 on a GPU machine `--gpus 2` means two GPUs per node. Nothing is downloaded."""),
     ("code", "%load_ext nbtrain"),
-    ("code", """import numpy as np
+    ("code", """import nbtrain
+import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -58,17 +59,21 @@ test_loader = DataLoader(test_set, batch_size=256)
 model, optimizer, train_loader, test_loader = accelerator.prepare(model, optimizer, train_loader, test_loader)
 accelerator.init_trackers("digits")
 
+start = nbtrain.restore(accelerator)  # 0 on a fresh run; after a restart or run.resume(): the saved step + 1
 step = 0
 for epoch in range(EPOCHS):
     model.train()
     for x, y in train_loader:
-        loss = F.cross_entropy(model(x), y)
-        optimizer.zero_grad()
-        accelerator.backward(loss)
-        optimizer.step()
-        global_loss = accelerator.reduce(loss.detach(), "mean").item()
-        accelerator.log({"loss": global_loss, "epoch": epoch}, step=step)
+        if step >= start:  # batches before the checkpoint are skipped, so the data order stays the same
+            loss = F.cross_entropy(model(x), y)
+            optimizer.zero_grad()
+            accelerator.backward(loss)
+            optimizer.step()
+            global_loss = accelerator.reduce(loss.detach(), "mean").item()
+            accelerator.log({"loss": global_loss, "epoch": epoch}, step=step)
         step += 1
+    if step > start and nbtrain.checkpointing():  # checkpointing() is False on Kubernetes without --volume
+        nbtrain.save_checkpoint(accelerator, step - 1)  # on every rank, at the end of each epoch it trained
 
 model.eval()
 correct = total = 0

@@ -7,8 +7,9 @@ In a notebook::
     ...
 
 From Python: ``nbtrain.distributed`` (decorator), ``nbtrain.attach``, ``nbtrain.runs``; in workers:
-``nbtrain.log``, ``nbtrain.resolve``/``nbtrain.dataset_path`` (storage URIs). Importing this package is
-cheap: heavy modules load on first use.
+``nbtrain.log``, ``nbtrain.save_checkpoint``/``nbtrain.restore``/``nbtrain.checkpointing``,
+``nbtrain.resolve``/``nbtrain.dataset_path`` (storage URIs). Importing this package is cheap: heavy modules load
+on first use.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ __all__ = [
     "RunState",
     "__version__",
     "attach",
+    "checkpointing",
     "dataset_path",
     "distributed",
     "load_ipython_extension",
@@ -46,6 +48,7 @@ _LAZY = {
     "dataset_path": ("nbtrain.storage.api", "dataset_path"),
     "resolve": ("nbtrain.storage.api", "resolve"),
     "restore": ("nbtrain.runtime.checkpoint", "restore"),
+    "checkpointing": ("nbtrain.runtime.checkpoint", "checkpointing"),
     "save_checkpoint": ("nbtrain.runtime.checkpoint", "save_checkpoint"),
 }
 

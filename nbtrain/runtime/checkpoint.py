@@ -40,7 +40,7 @@ from nbtrain.events import EventKind
 from nbtrain.runtime import context
 from nbtrain.runtime.ckptfiles import LATEST, MANIFEST, sha256_file, step_name
 
-__all__ = ["checkpoint_root", "committed_checkpoints", "restore", "save_checkpoint", "verify_checkpoint"]
+__all__ = ["checkpoint_root", "checkpointing", "committed_checkpoints", "restore", "save_checkpoint", "verify_checkpoint"]
 
 ENV_CHECKPOINT_DIR = "NBTRAIN_CHECKPOINT_DIR"
 ENV_RESUME_FROM = "NBTRAIN_RESUME_FROM"
@@ -66,6 +66,15 @@ def _root_text() -> str:
             "cell with %%distributed (or pass --checkpoint-dir) instead of running this code directly."
         )
     return root
+
+
+def checkpointing() -> bool:
+    """True when this run has somewhere to keep checkpoints: every local and Slurm run, Kubernetes with ``--volume``.
+
+    Code that should also run where there is none (a Kubernetes run without a volume, the notebook itself) guards
+    :func:`save_checkpoint` with it; :func:`restore` needs no guard (it returns 0 when there is nothing to load).
+    """
+    return bool(os.environ.get(ENV_CHECKPOINT_DIR))
 
 
 def checkpoint_root() -> Path:
