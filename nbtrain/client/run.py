@@ -7,9 +7,12 @@ new kernel gives the same handle as the one returned at submit. Reading is done 
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from nbtrain.backends import get_backend
@@ -20,10 +23,11 @@ from nbtrain.client.watcher import RunWatcher
 from nbtrain.errors import NbtrainError, RunFailedError
 from nbtrain.events import Event
 from nbtrain.model import Batch, Failure, LogPage, RunSnapshot, RunState, RunStatus
+from nbtrain.reader import RunFacts
 from nbtrain.secrets import redact_url
 from nbtrain.spec import JobSpec, tracking_default
 from nbtrain.store import RunRecord, Store
-from nbtrain.view import RunView, metric_history
+from nbtrain.view import MetricSeries, RankInfo, RunView, metric_history
 
 __all__ = ["Run"]
 
@@ -324,6 +328,48 @@ class Run:
     def cursor(self) -> RunCursor:
         """A fresh cursor over every event and line of the run, from the beginning."""
         return self.backend.cursor(self.handle)
+
+    def facts(self) -> RunFacts:
+        """The record's facts as this handle knows them (no I/O): identity, bundle, origin, MLflow run id."""
+        record = self.record
+        return RunFacts(run_id=record.run_id, backend=record.backend, bundle_digest=record.bundle_digest,
+                        created=record.created, submitted_from=MappingProxyType(dict(record.notebook or {})),
+                        tracking_run_id=record.tracking_run_id)
+
+    def run_dir(self) -> Path:
+        """The run's directory in the store (the tracking ledger and lock, the attempts' files)."""
+        return self.store.run_dir(self.id)
+
+    def bundle_dir(self) -> Path:
+        """The directory of the current attempt's bundle in the store (may be gone)."""
+        return self.store.bundles / self.record.bundle_digest
+
+    def log_file(self, rank: int, attempt: int) -> Path:
+        """Where the store keeps ``rank``'s log of ``attempt`` (absent on backends without a shared disk)."""
+        return self.store.attempt_dir(self.id, attempt) / "logs" / f"rank-{rank}.log"
+
+    def link_tracking(self, mlflow_run_id: str) -> None:
+        """Keep the MLflow run id in the run's record as it is on disk now (not this handle's older copy: another
+        process, e.g. the kernel that launched the run, may have saved it since)."""
+        self.record.tracking_run_id = mlflow_run_id
+        try:
+            record = self.store.load(self.id)
+        except Exception:  # noqa: BLE001 - unreadable: this handle's copy is the best there is
+            record = self.record
+        record.tracking_run_id = mlflow_run_id
+        self.store.save(record)
+
+    def ranks(self) -> Mapping[int, RankInfo]:
+        """A copy of what the events read so far say about each rank of the current attempt (no I/O)."""
+        with self._lock:
+            return {r: dataclasses.replace(i, env=dict(i.env)) for r, i in self.view.ranks.items()}
+
+    def metric_series(self, rank: int = 0) -> Mapping[str, list[tuple[int, int, float]]]:
+        """A copy of ``rank``'s metric series read so far, ``{name: [(attempt, step, value), ...]}`` (bounded,
+        decimated like the monitor's; no I/O). :meth:`metrics` reads every point from the backend."""
+        with self._lock:
+            series: dict[str, MetricSeries] = self.view.metrics.get(rank, {})
+            return {name: list(points) for name, points in series.items()}
 
     def notice(self, message: str) -> None:
         """Show ``message`` with the run's notices in this process (e.g. a reader's own problem), once.
