@@ -1,7 +1,7 @@
 """What the forwarder reads from the store for MLflow: the bundle's facts at creation, files at the end.
 
-Beyond the read interface (:class:`nbtrain.reader.RunReader`): the bundle directory and the attempts' log
-files are read where the store keeps them (``run.store``, ``run.record``) and uploaded as they are.
+What it uses of the run is :class:`nbtrain.reader.TrackedRun`: the record's facts, and the bundle directory
+and the attempts' log files where the store keeps them (``bundle_dir()``, ``log_file()``), uploaded as they are.
 
 No mlflow import here: uploads go through :class:`~nbtrain.tracking.sink.MlflowSink`.
 """
@@ -26,15 +26,15 @@ from nbtrain.tracking.describe import (
 )
 
 if TYPE_CHECKING:
-    from nbtrain.client import Run
+    from nbtrain.reader import TrackedRun
     from nbtrain.tracking.sink import MlflowSink
 
 __all__ = ["new_run_params", "new_run_tags", "read_bundle", "upload_artifacts"]
 
 
-def read_bundle(run: Run) -> tuple[dict[str, Any] | None, str]:
+def read_bundle(run: TrackedRun) -> tuple[dict[str, Any] | None, str]:
     """The run's bundle manifest (None if unreadable) and main.py text ("" if unreadable)."""
-    directory = run.store.bundles / run.record.bundle_digest
+    directory = run.bundle_dir()
     try:
         manifest = json.loads((directory / "manifest.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -46,19 +46,19 @@ def read_bundle(run: Run) -> tuple[dict[str, Any] | None, str]:
     return (manifest if isinstance(manifest, dict) else None), main
 
 
-def new_run_tags(run: Run) -> dict[str, str]:
+def new_run_tags(run: TrackedRun) -> dict[str, str]:
     """Tags of the MLflow run being created (runs ``git`` once, bounded)."""
-    record = run.record
+    facts = run.facts()
     manifest, _ = read_bundle(run)
     try:
         user: str | None = getpass.getuser()
     except (KeyError, OSError):
         user = None
-    return run_tags(run_id=record.run_id, spec=record.spec, backend=record.backend, bundle_digest=record.bundle_digest,
-                    notebook=record.notebook, manifest=manifest, commit=git_commit(record.notebook), user=user)
+    return run_tags(run_id=facts.run_id, spec=run.spec, backend=facts.backend, bundle_digest=facts.bundle_digest,
+                    notebook=facts.submitted_from, manifest=manifest, commit=git_commit(facts.submitted_from), user=user)
 
 
-def new_run_params(run: Run) -> dict[str, str]:
+def new_run_params(run: TrackedRun) -> dict[str, str]:
     """The JobSpec and the cell's captured literals as params (a job parameter: the value it runs with)."""
     manifest, main = read_bundle(run)
     names = [str(c.get("name")) for c in (manifest or {}).get("captured") or () if c.get("kind") == "literal"]
@@ -69,7 +69,7 @@ def new_run_params(run: Run) -> dict[str, str]:
 def upload_artifacts(
     sink: MlflowSink,
     mlflow_run: str,
-    run: Run,
+    run: TrackedRun,
     *,
     known_attempts: Iterable[int],
     attempt: int,
@@ -89,17 +89,16 @@ def upload_artifacts(
     ``uploaded`` (the ledger's) records what went; ``progress()`` persists it after each piece, so a
     forwarder that takes over after a crash does not upload it again.
     """
-    store, record = run.store, run.record
-    digest = record.bundle_digest
+    digest = run.facts().bundle_digest
     if digest not in uploaded["bundles"]:
-        directory = store.bundles / digest
+        directory = run.bundle_dir()
         if directory.is_dir():
             sink.upload(mlflow_run, directory, "bundle" if not uploaded["bundles"] else f"bundle-{digest[:12]}")
         uploaded["bundles"].append(digest)
         progress()
     with tempfile.TemporaryDirectory(prefix="nbtrain-mlflow-") as tmp:
         for number in sorted(a for a in set(known_attempts) if a <= attempt and a not in uploaded["logs"]):
-            for rank in range(record.spec.world_size):
+            for rank in range(run.spec.world_size):
                 _upload_log(sink, mlflow_run, run, Path(tmp), number, rank)
             uploaded["logs"].append(number)
             progress()
@@ -120,8 +119,8 @@ def upload_artifacts(
             sink.upload(mlflow_run, final)
 
 
-def _upload_log(sink: MlflowSink, mlflow_run: str, run: Run, tmp: Path, attempt: int, rank: int) -> None:
-    local = run.store.attempt_dir(run.id, attempt) / "logs" / f"rank-{rank}.log"
+def _upload_log(sink: MlflowSink, mlflow_run: str, run: TrackedRun, tmp: Path, attempt: int, rank: int) -> None:
+    local = run.log_file(rank, attempt)
     if not local.is_file():  # backends without a shared disk serve logs through their API
         text = run.logs(rank, attempt=attempt)
         if not text:

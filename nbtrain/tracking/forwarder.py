@@ -18,10 +18,11 @@ is re-sent as identical rows, which MLflow's SQL store ignores.
 The forwarder's thread never takes the run's lock and never prints; failures become one notice per kind
 (``run.notice``), and the work is retried with backoff.
 
-What it reads of the run: ``snapshot(refresh=False)`` on the watcher thread (state, attempt, end, failure),
-``cursor()`` for the catch-up read, its own events for each attempt's failure; and, beyond the read
-interface, the store: its ledger and lock in the run's directory, the MLflow run id kept in the run's
-record, the bundle and the log files it uploads (:mod:`nbtrain.tracking.artifacts`).
+What it uses of the run is :class:`nbtrain.reader.TrackedRun`: ``snapshot(refresh=False)`` on the watcher
+thread (state, attempt, end, failure), ``cursor()`` for the catch-up read, its own events for each attempt's
+failure, ``facts()`` for the record's identity and MLflow run id; and, beyond reading, ``run_dir()`` for its
+ledger and lock, ``link_tracking()`` to keep the MLflow run id in the run's record, the bundle and the log
+files it uploads (:mod:`nbtrain.tracking.artifacts`).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from nbtrain.tracking.ledger import Entry, Ledger, Pending, Point, stream_key
 from nbtrain.tracking.links import LEDGER_NAME, LOCK_NAME
 
 if TYPE_CHECKING:
-    from nbtrain.client import Run
+    from nbtrain.reader import TrackedRun
     from nbtrain.tracking.sink import MlflowSink
 
 __all__ = ["ATTEMPT_METRIC", "TrackingForwarder"]
@@ -72,12 +73,12 @@ class TrackingForwarder:
     SAVE_S = 0.5
     BACKOFF_S = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 
-    def __init__(self, run: Run, *, tracking_uri: str | None = None, experiment: str | None = None) -> None:
+    def __init__(self, run: TrackedRun, *, tracking_uri: str | None = None, experiment: str | None = None) -> None:
         self.run = run
         self.requested_uri = tracking_uri
         self.requested_experiment = experiment
         self.error: str | None = None  # the last failure, as shown in the notice (None once it works again)
-        self._dir = run.store.run_dir(run.id)
+        self._dir = run.run_dir()
         self._ledger_path = self._dir / LEDGER_NAME
         self._cv = threading.Condition()
         self._inbox: list[Event] = []
@@ -177,7 +178,7 @@ class TrackingForwarder:
     @property
     def mlflow_run_id(self) -> str | None:
         """The MLflow run id, once known to this forwarder."""
-        return self._ledger.mlflow_run_id or self.run.record.tracking_run_id
+        return self._ledger.mlflow_run_id or self.run.facts().tracking_run_id
 
     # -- the forwarder's thread ---------------------------------------------------------------------
     def _start(self) -> None:
@@ -337,21 +338,21 @@ class TrackingForwarder:
             return
         from nbtrain.tracking.sink import MlflowSink, default_tracking_uri
 
-        record = self.run.record
+        facts, spec = self.run.facts(), self.run.spec
         self._phase = "connect"
-        existing = self._ledger.mlflow_run_id or record.tracking_run_id
+        existing = self._ledger.mlflow_run_id or facts.tracking_run_id
         # where an existing MLflow run lives wins over this kernel's settings (it may run elsewhere)
         uri = (self._ledger.tracking_uri if existing else None) or self.requested_uri or default_tracking_uri()
         self._uri = uri
         sink = MlflowSink(uri)
         if existing is None:
             self._phase = "create the MLflow run"
-            experiment_id = sink.experiment_id(self.requested_experiment or experiment_name(record.spec, record.notebook))
-            found = sink.find_run(experiment_id, record.run_id)
+            experiment_id = sink.experiment_id(self.requested_experiment or experiment_name(spec, facts.submitted_from))
+            found = sink.find_run(experiment_id, facts.run_id)
             if found is not None:
                 existing, logged = found
             else:
-                existing, logged = sink.create_run(experiment_id, record.run_id, int(record.created * 1000),
+                existing, logged = sink.create_run(experiment_id, facts.run_id, int(facts.created * 1000),
                                                    new_run_tags(self.run)), {}
             params = {k: v for k, v in new_run_params(self.run).items() if k not in logged}
             sink.log_params(existing, params)
@@ -360,21 +361,9 @@ class TrackingForwarder:
             self._ledger.experiment_id = str(sink.client.get_run(existing).info.experiment_id)
         self._ledger.tracking_uri, self._ledger.mlflow_run_id = uri, existing
         self._ledger.save(self._ledger_path)
-        if record.tracking_run_id != existing:
-            record.tracking_run_id = existing
-            self._link_record(existing)
+        if facts.tracking_run_id != existing:
+            self.run.link_tracking(existing)
         self._sink = sink
-
-    def _link_record(self, mlflow_run_id: str) -> None:
-        """Save the MLflow run id in the run's record as it is on disk now (not this handle's older copy:
-        another process, e.g. the kernel that launched the run, may have saved it since)."""
-        store = self.run.store
-        try:
-            record = store.load(self.run.id)
-        except Exception:  # noqa: BLE001 - unreadable: this handle's copy is the best there is
-            record = self.run.record
-        record.tracking_run_id = mlflow_run_id
-        store.save(record)
 
     def _read_all(self) -> list[Event]:
         """Every event of rank 0 and the supervisor from the start (a fresh cursor, read to its end)."""
