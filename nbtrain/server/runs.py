@@ -1,7 +1,8 @@
 """Run summaries for the REST API and the runs panel (wire models, separate from persistence).
 
 A row is :class:`nbtrain.model.RunSummary` (schema: ``nbtrain/schemas/run-summary.schema.json``), built
-from the run's snapshot through the read interface (:class:`nbtrain.reader.RunReader`).
+from the run's snapshot through the read interface (:class:`nbtrain.reader.RunReader`); the detail and the
+handlers use :class:`ServedRun`, that interface plus the few reads and controls the REST API offers.
 
 What the server holds is bounded: :class:`RunCache` keeps at most ``capacity`` run handles (least recently
 used go first; an evicted run is read again from the store when asked for). A run the server cannot read (a
@@ -11,25 +12,59 @@ and named in :attr:`Listing.unreadable`.
 
 from __future__ import annotations
 
+import copy
 import logging
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from nbtrain.client import Run
 from nbtrain.errors import RunNotFoundError
-from nbtrain.model import json_safe
+from nbtrain.model import Batch, json_safe
 from nbtrain.reader import RunReader
 from nbtrain.secrets import redact_env
-from nbtrain.store import Store
+from nbtrain.store import RunRecord, Store
 
-__all__ = ["DEFAULT_CAPACITY", "Listing", "RunCache", "run_detail", "run_summary"]
+__all__ = ["DEFAULT_CAPACITY", "Listing", "RunCache", "ServedRun", "run_detail", "run_summary"]
 
 log = logging.getLogger("nbtrain.server")
 
 #: Run handles a server keeps by default (``NbtrainExtension.run_cache_size``).
 DEFAULT_CAPACITY = 256
+
+
+class ServedRun(RunReader, Protocol):
+    """What the REST API uses of a run (:class:`nbtrain.client.Run` is one): the read interface, plus
+
+    - ``sync()``: read what is new (the cache does, so each event is read once per cached run);
+    - ``attempts()``, ``checkpoints()``, ``metrics(rank)``: the detail and the metrics endpoint;
+    - ``cancel()``, ``resume()``: the Stop and Resume actions.
+    """
+
+    def sync(self, *, with_lines: bool = False) -> Batch:
+        """Read what is new from the backend."""
+        ...
+
+    def attempts(self) -> list[dict[str, Any]]:
+        """Every launch of the run with its state and failure."""
+        ...
+
+    def checkpoints(self) -> list[dict[str, Any]]:
+        """Complete checkpoints written so far, by step."""
+        ...
+
+    def metrics(self, rank: int = 0) -> dict[str, list[tuple[int, float]]]:
+        """Every metric ``rank`` reported so far, in full."""
+        ...
+
+    def cancel(self) -> None:
+        """End every process of the run."""
+        ...
+
+    def resume(self) -> Any:
+        """Launch the run again from its latest checkpoint."""
+        ...
 
 
 def run_summary(run: RunReader) -> dict[str, Any]:
@@ -40,7 +75,7 @@ def run_summary(run: RunReader) -> dict[str, Any]:
     return run.snapshot().summary(notebook=run.notebook, tracking_url=run.tracking_url()).to_json()
 
 
-def run_detail(run: Run) -> dict[str, Any]:
+def run_detail(run: ServedRun) -> dict[str, Any]:
     """The summary plus spec, attempts, checkpoints, last metrics, notices and the full failure (JSON-safe).
 
     Secret-looking ``--env`` values are ``***`` (:func:`nbtrain.secrets.redact_env`): the detail is shown to
@@ -52,7 +87,7 @@ def run_detail(run: Run) -> dict[str, Any]:
     spec["env"] = redact_env(spec.get("env") or {})
     detail.update(
         spec=spec,
-        bundle_digest=run.record.bundle_digest,
+        bundle_digest=run.facts().bundle_digest,
         attempts=run.attempts(),
         checkpoints=run.checkpoints(),
         last_metrics=dict(snapshot.last_metrics),
@@ -73,8 +108,9 @@ class Listing:
 class RunCache:
     """Run handles by id, synced incrementally (each event is read from disk once per cached run).
 
-    At most ``capacity`` handles are kept, least recently used evicted first. Safe for the server's
-    executor threads.
+    At most ``capacity`` handles are kept, least recently used evicted first. A handle is built again when
+    the run's record changed on disk (a resume, a verdict or the MLflow link saved by another process): a
+    record is saved a few times in a run's life. Safe for the server's executor threads.
     """
 
     def __init__(self, store: Store, *, capacity: int = DEFAULT_CAPACITY) -> None:
@@ -82,7 +118,7 @@ class RunCache:
             raise ValueError(f"RunCache capacity must be at least 1, got {capacity}.")
         self.store = store
         self.capacity = capacity
-        self._runs: OrderedDict[str, Run] = OrderedDict()
+        self._runs: OrderedDict[str, tuple[RunRecord, ServedRun]] = OrderedDict()  # with the record it was built from
         self._lock = threading.Lock()
         self._warned: OrderedDict[str, str] = OrderedDict()  # run id -> the problem last logged for it
 
@@ -91,7 +127,7 @@ class RunCache:
         with self._lock:
             return len(self._runs)
 
-    def get(self, run_id: str) -> Run:
+    def get(self, run_id: str) -> ServedRun:
         """The handle of ``run_id`` (a unique prefix works); RunNotFoundError when unknown.
 
         Raises what reading a malformed record raises (ValueError, KeyError, TypeError, SpecError...).
@@ -101,15 +137,15 @@ class RunCache:
         if record.run_id != full:
             raise ValueError(f"the record of run {full} names another run ({record.run_id[:80]!r}).")
         with self._lock:
-            run = self._runs.get(full)
-            if run is None or run.record.handle != record.handle:
-                # new, or resumed by another process: the handle (and its attempt) changed
-                run = Run(record, self.store)
-            self._runs[full] = run
+            cached = self._runs.get(full)
+            if cached is None or cached[0] != record:
+                # new, or its record changed: resumed elsewhere (another attempt), a verdict, the MLflow link
+                cached = (record, Run(copy.deepcopy(record), self.store))  # the handle's copy is its own
+            self._runs[full] = cached
             self._runs.move_to_end(full)
             while len(self._runs) > self.capacity:
                 self._runs.popitem(last=False)
-        run.record = record
+        run = cached[1]
         run.sync()
         return run
 
