@@ -17,7 +17,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nbtrain.errors import (
     BackendError,
@@ -31,6 +31,9 @@ from nbtrain.errors import (
 )
 from nbtrain.listing import runs_table
 from nbtrain.model import json_safe
+
+if TYPE_CHECKING:
+    from nbtrain.reader import RunReader
 
 __all__ = ["EXIT_CODES", "main"]
 
@@ -77,7 +80,7 @@ def _spec_json(spec: Any) -> dict[str, Any]:
     return data
 
 
-def _run_json(run: Any, *, metrics: bool = False) -> dict[str, Any]:
+def _run_json(run: RunReader, *, metrics: bool = False) -> dict[str, Any]:
     """The run's RunSummary (the one wire model: REST rows, ``%nbtrain runs``); ``metrics`` adds the detail."""
     snapshot = run.snapshot()
     data: dict[str, Any] = snapshot.summary(notebook=run.notebook, tracking_url=run.tracking_url()).to_json()
@@ -86,7 +89,7 @@ def _run_json(run: Any, *, metrics: bool = False) -> dict[str, Any]:
         data["last_metrics"] = dict(snapshot.last_metrics)
         data["notices"] = list(snapshot.notices)
         data["spec"] = _spec_json(run.spec)
-        data["submitted_from"] = dict(run.record.notebook)  # notebook path and cell, or the job directory
+        data["submitted_from"] = dict(run.facts().submitted_from)  # notebook path and cell, or the job directory
     return dict(json_safe(data))
 
 
@@ -169,11 +172,14 @@ def _cmd_runs(args: argparse.Namespace) -> int:
 def _attach(run_id: str) -> Any:
     """The run's handle; a run still to be tracked whose MLflow agent died (killed, a reboot) gets a new one."""
     from nbtrain import client
+    from nbtrain.store import Store
     from nbtrain.tracking.starter import ensure_agent
 
-    run = client.attach(run_id, watch=False)
+    store = Store()
+    run = client.attach(run_id, store=store, watch=False)
     try:
-        ensure_agent(run.store, run.record)  # nothing when tracking is off, the agent lives, or MLflow has it all
+        # from the record as saved now: nothing when tracking is off, the agent lives, or MLflow has it all
+        ensure_agent(store, store.load(run.id))
     except OSError as error:
         print(f"nbtrain: MLflow tracking of run {run.id}: could not restart its tracking agent: {error}",
               file=sys.stderr)
@@ -207,7 +213,7 @@ def _cmd_logs(args: argparse.Namespace) -> int:
         if text:
             print(text)
         return EXIT_OK
-    cursor = run.backend.cursor(run.handle)
+    cursor = run.cursor()
     try:
         while True:
             terminal = run.status().terminal  # read after the verdict, so nothing written before it is missed
@@ -314,6 +320,10 @@ def _doctor_slurm_partition(args: argparse.Namespace) -> str | None:
 
     partition = args.partition or ""
     if args.backend is not None:
+        from nbtrain.registry import backend_names, unknown_backend
+
+        if args.backend not in backend_names():
+            raise SpecError(unknown_backend(args.backend))
         return partition if args.backend == "slurm" else None
     if os.environ.get("NBTRAIN_BACKEND", "").strip().lower() == "slurm":
         return partition
@@ -447,8 +457,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("doctor", help="check the environment, devices, cluster access and tracking")
     p.add_argument("--json", action="store_true")
-    p.add_argument("--backend", choices=("local", "kubernetes", "slurm"), default=None,
-                   help="also check this backend's access (slurm: client, controller, store seen from the nodes); "
+    p.add_argument("--backend", default=None, metavar="BACKEND",
+                   help="an installed backend (the backends line lists them): also check this backend's access (slurm: client, controller, store seen from the nodes); "
                         "default: the one NBTRAIN_BACKEND or ./nbtrain.toml selects")
     p.add_argument("--partition", default=None, help="the Slurm partition whose nodes the store probe runs on")
     p.set_defaults(handler=_cmd_doctor)
