@@ -8,8 +8,9 @@ change. It never prints
 or displays from that thread; the final text summary is refreshed by ``Run.wait`` on the main thread.
 
 What it reads of the run is :class:`MonitoredRun`: the read interface (state, attempt, failure and notices
-from ``snapshot(refresh=False)``, pages from ``log_page``), the run's controls, and the folded events for
-what a snapshot does not carry yet (every rank's step, liveness and environment; rank 0's chart history).
+from ``snapshot(refresh=False)``, pages from ``log_page``), the run's controls, and copies of what a snapshot
+does not carry (every rank's step, liveness and environment: ``ranks()``; rank 0's chart history so far:
+``metric_series(0)``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import pathlib
 import platform
 import threading
 import time
+from collections.abc import Mapping
 from importlib import metadata
 from typing import Any, Protocol
 
@@ -26,7 +28,7 @@ import traitlets
 
 from nbtrain.model import Batch, RunSnapshot
 from nbtrain.reader import RunReader
-from nbtrain.view import RunView
+from nbtrain.view import RankInfo
 from nbtrain.widgets.viewmodel import MonitorLimits, MonitorModel, page_reply, page_request
 
 __all__ = ["MonitorWidget", "MonitoredRun"]
@@ -53,16 +55,19 @@ def kernel_versions() -> dict[str, str | None]:
 class MonitoredRun(RunReader, Protocol):
     """What the monitor needs of a run (:class:`nbtrain.client.Run` is one): the read interface, plus
 
-    - ``view``: the events folded so far, read only for what :class:`~nbtrain.model.RunSnapshot` does not
-      carry (each rank's step, liveness and environment for the grid and the environment check; rank 0's
-      metric history for the charts). To go once snapshots carry per-rank facts;
+    - ``ranks()``, ``metric_series(rank)``: copies of what :class:`~nbtrain.model.RunSnapshot` does not carry
+      (each rank's step, liveness and environment for the grid and the environment check; rank 0's metric
+      history for the charts), from the events read so far, without I/O (callable on the watcher thread);
     - ``cancel()``, ``resume()``: the Stop and Resume buttons;
     - ``summary()``: the text/plain part that headless runs keep.
     """
 
-    @property
-    def view(self) -> RunView:
-        """The run's folded events (mutated by the watcher thread under the run's lock)."""
+    def ranks(self) -> Mapping[int, RankInfo]:
+        """What the events read so far say about each rank of the current attempt (a copy; no I/O)."""
+        ...
+
+    def metric_series(self, rank: int = 0) -> Mapping[str, list[tuple[int, int, float]]]:
+        """``rank``'s metric series read so far, ``{name: [(attempt, step, value), ...]}`` (a copy; no I/O)."""
         ...
 
     def cancel(self) -> None:
@@ -108,7 +113,7 @@ class MonitorWidget(anywidget.AnyWidget):
         self._stopping = False
         self.front_end_seen = False  # a browser view said hello: it renders the final state itself
         self.messages_sent = 0  # custom messages + trait syncs, for benchmarks
-        for key, points in run.view.metrics.get(0, {}).items():  # what the handle saw before the widget existed
+        for key, points in run.metric_series(0).items():  # what the handle saw before the widget existed
             for attempt, step, value in points:
                 self._model.add_point(key, attempt, step, value, send=False)
         super().__init__(**self._state_traits(snapshot), **kwargs)
@@ -141,12 +146,12 @@ class MonitorWidget(anywidget.AnyWidget):
                 self._sync_traits(snapshot)
 
     def _state_traits(self, snapshot: RunSnapshot) -> dict[str, Any]:
-        view, model = self._run.view, self._model
+        ranks, model = self._run.ranks(), self._model
         return {
-            "header": model.header(snapshot, view, stopping=self._stopping, tracking_url=self._run.tracking_url()),
-            "ranks": model.ranks(view, snapshot.state),
+            "header": model.header(snapshot, ranks, stopping=self._stopping, tracking_url=self._run.tracking_url()),
+            "ranks": model.ranks(ranks, snapshot.state),
             "failure": model.failure(snapshot),
-            "env": model.env(view),
+            "env": model.env(ranks),
             "metric_keys": list(model.series),
             "log_ranks": sorted(model.line_counts),
             "line_counts": {str(r): n for r, n in model.line_counts.items()},

@@ -2,7 +2,7 @@
 
 ``MonitorModel.ingest(batch)`` accumulates; the ``header``/``ranks``/``failure``/``env`` methods give the
 small synced state (the run-level facts from a :class:`~nbtrain.model.RunSnapshot`, the per-rank ones from
-the folded :class:`~nbtrain.view.RunView`); ``take_batch()`` gives the bulk delta for one custom message
+a copy of each rank's :class:`~nbtrain.view.RankInfo`); ``take_batch()`` gives the bulk delta for one custom message
 (bounded in size); ``snapshot()`` answers a (re)connecting browser. See PROTOCOL.md.
 
 Cost per line: log lines arrive as blocks of bytes (one per rank per poll, ``batch.lines.blocks``) and are
@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from nbtrain.events import EventKind, LineBlock
 from nbtrain.model import Batch, LogPage, RunSnapshot, RunState
-from nbtrain.view import MetricSeries, RunView
+from nbtrain.view import MetricSeries, RankInfo
 from nbtrain.widgets.decimate import decimate
 from nbtrain.widgets.logring import LogRings, blocks_of
 
@@ -61,7 +61,7 @@ def page_reply(rank: int, page: LogPage) -> dict[str, Any]:
     return {"type": "page", "rank": rank, "start": page.start, "lines": list(page.lines), "eof": page.start == 0}
 
 
-def rank_states(view: RunView, nodes_count: int, procs: int, now: float, limits: MonitorLimits,
+def rank_states(ranks: Mapping[int, RankInfo], nodes_count: int, procs: int, now: float, limits: MonitorLimits,
                 run_state: RunState) -> dict[str, Any]:
     """The rank grid (PROTOCOL.md ``ranks``): per rank state, step, age and straggler flag, grouped by node.
 
@@ -70,12 +70,12 @@ def rank_states(view: RunView, nodes_count: int, procs: int, now: float, limits:
     than ``max(straggler_min_gap, straggler_fraction * median)``.
     """
     world_size = nodes_count * procs
-    steps = [info.last_step for info in view.ranks.values() if info.last_step is not None and not info.error]
+    steps = [info.last_step for info in ranks.values() if info.last_step is not None and not info.error]
     median = int(statistics.median(steps)) if steps else None
     counts = dict.fromkeys(("starting", "running", "done", "failed", "stalled", "stopped", "straggler"), 0)
     nodes: dict[int, list[list[Any]]] = {}
     for rank in range(world_size):
-        info = view.ranks.get(rank)
+        info = ranks.get(rank)
         age = round(now - info.last_seen, 1) if info and info.last_seen else None
         if info is None or (info.pid is None and info.last_step is None and not info.done and not info.error):
             state = "stopped" if run_state.terminal else "starting"
@@ -204,10 +204,10 @@ class MonitorModel:
         }
 
     # -- small state ------------------------------------------------------------------------------
-    def header(self, snapshot: RunSnapshot, view: RunView, *, now: float | None = None,
+    def header(self, snapshot: RunSnapshot, ranks: Mapping[int, RankInfo], *, now: float | None = None,
                tracking_url: str | None = None, stopping: bool = False) -> dict[str, Any]:
         """The ``header`` trait: the run's facts from ``snapshot``, the device from rank 0's environment."""
-        env0 = view.ranks[0].env if 0 in view.ranks else {}
+        env0 = ranks[0].env if 0 in ranks else {}
         device = str(env0.get("device") or "")
         state = snapshot.state
         return {
@@ -222,9 +222,9 @@ class MonitorModel:
             "stopping": stopping and not state.terminal,
         }
 
-    def ranks(self, view: RunView, state: RunState, *, now: float | None = None) -> dict[str, Any]:
+    def ranks(self, ranks: Mapping[int, RankInfo], state: RunState, *, now: float | None = None) -> dict[str, Any]:
         """The ``ranks`` trait."""
-        return rank_states(view, self.nodes, self.procs, time.time() if now is None else now, self.limits, state)
+        return rank_states(ranks, self.nodes, self.procs, time.time() if now is None else now, self.limits, state)
 
     @staticmethod
     def failure(snapshot: RunSnapshot) -> dict[str, Any]:
@@ -238,11 +238,11 @@ class MonitorModel:
             "last_lines": list(f.last_lines),
         }
 
-    def env(self, view: RunView) -> dict[str, Any]:
+    def env(self, ranks: Mapping[int, RankInfo]) -> dict[str, Any]:
         """The ``env`` trait: each rank's versions next to the kernel's, mismatches flagged."""
         rows = []
-        for rank in sorted(view.ranks):
-            env = view.ranks[rank].env
+        for rank in sorted(ranks):
+            env = ranks[rank].env
             if not env:
                 continue
             mismatch = [k for k in ("python", "torch", "accelerate")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +11,7 @@ import pytest
 from nbtrain.logpage import read_page
 from nbtrain.model import Batch, LogLine, LogPage, RunSnapshot, RunState
 from nbtrain.spec import JobSpec
-from nbtrain.view import RunView
+from nbtrain.view import RankInfo, RunView
 from nbtrain.widgets.viewmodel import MAX_PAGE, page_reply, page_request
 
 pytest.importorskip("anywidget")
@@ -31,6 +31,12 @@ class PagedRun:
         self.notebook: str | None = None
         self.view = RunView()
         self.notices: list[str] = []
+
+    def ranks(self) -> Mapping[int, RankInfo]:
+        return self.view.ranks
+
+    def metric_series(self, rank: int = 0) -> Mapping[str, list[tuple[int, int, float]]]:
+        return {name: list(points) for name, points in self.view.metrics.get(rank, {}).items()}
 
     def snapshot(self, *, refresh: bool = True) -> RunSnapshot:
         return RunSnapshot(run_id=self.id, name="paged", backend="local", state=RunState.RUNNING, attempt=0,

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
 
 from nbtrain.events import Event, EventKind
 from nbtrain.model import Batch, LogPage, RunSnapshot, RunState
-from nbtrain.view import RunView
+from nbtrain.view import RankInfo, RunView
 
 pytest.importorskip("anywidget")
 
@@ -33,6 +34,12 @@ class WatchedRun:
 
     def __init__(self) -> None:
         self.view = RunView()
+
+    def ranks(self) -> Mapping[int, RankInfo]:
+        return self.view.ranks
+
+    def metric_series(self, rank: int = 0) -> Mapping[str, list[tuple[int, int, float]]]:
+        return {name: list(points) for name, points in self.view.metrics.get(rank, {}).items()}
 
     def snapshot(self, *, refresh: bool = True) -> RunSnapshot:
         return RunSnapshot(run_id=self.id, name="paced", backend="local", state=RunState.RUNNING, attempt=0,

@@ -60,16 +60,16 @@ def test_header_progress_and_device() -> None:
         events.append(feed.event(EventKind.METRIC, rank, step=7, values={"loss": 0.5}, total=100))
     events.append(feed.event(EventKind.STATE, state="running"))
     _apply(view, model, events)
-    header = model.header(_snapshot(view, RunState.RUNNING), view, now=2000.0, tracking_url="http://mlflow/x")
+    header = model.header(_snapshot(view, RunState.RUNNING), view.ranks, now=2000.0, tracking_url="http://mlflow/x")
     assert header["state"] == "running" and header["step"] == 7 and header["total"] == 100
     assert header["world_size"] == 4 and header["device"] == "cpu" and header["now"] == 2000.0
     assert header["tracking_url"] == "http://mlflow/x" and header["can_resume"] is False
     assert header["started"] == view.started and header["attempt"] == 0 and not header["stopping"]
-    stopped = model.header(_snapshot(view, RunState.CANCELLED, can_resume=True, notices=("resume me",)), view,
+    stopped = model.header(_snapshot(view, RunState.CANCELLED, can_resume=True, notices=("resume me",)), view.ranks,
                            stopping=True)
     assert stopped["can_resume"] is True and stopped["notices"] == ["resume me"]
     assert stopped["stopping"] is False  # a run that already ended is not "stopping"
-    env = model.env(view)
+    env = model.env(view.ranks)
     assert env["mismatches"] == 0  # '+cpu' local tags are not a mismatch
 
 
@@ -82,7 +82,7 @@ def test_stragglers_and_stalled_ranks_stand_out() -> None:
         events.append(feed.event(EventKind.METRIC, rank, step=step, values={"loss": 1.0}))
     _apply(view, model, events)
     view.ranks[3].last_seen = feed.t - 60  # silent for a minute
-    grid = model.ranks(view, RunState.RUNNING, now=feed.t + 1)
+    grid = model.ranks(view.ranks, RunState.RUNNING, now=feed.t + 1)
     assert grid["median_step"] == 100
     cells = {c[0]: c for node in grid["nodes"] for c in node["ranks"]}
     assert cells[5][4] == 1 and cells[5][1] == "running"  # 40 steps behind: straggler
@@ -91,14 +91,14 @@ def test_stragglers_and_stalled_ranks_stand_out() -> None:
     assert [n["node"] for n in grid["nodes"]] == [0, 1] and len(grid["nodes"][1]["ranks"]) == 4
     assert grid["counts"]["stalled"] == 1 and grid["counts"]["straggler"] == 1
     # once the run is over nobody is "stalled" or "running": ranks that did not finish were stopped
-    over = model.ranks(view, RunState.CANCELLED, now=feed.t + 1)["counts"]
+    over = model.ranks(view.ranks, RunState.CANCELLED, now=feed.t + 1)["counts"]
     assert over["stalled"] == 0 and over["running"] == 0 and over["stopped"] == 8
 
 
 def test_rank_grid_scales_to_512_ranks() -> None:
     feed, view, model = Feed(), RunView(), _model(nodes=64, procs=8)
     _apply(view, model, [feed.event(EventKind.METRIC, r, step=5, values={"x": 1}) for r in range(512)])
-    grid = model.ranks(view, RunState.RUNNING, now=feed.t)
+    grid = model.ranks(view.ranks, RunState.RUNNING, now=feed.t)
     assert len(grid["nodes"]) == 64 and sum(len(n["ranks"]) for n in grid["nodes"]) == 512
     assert len(json.dumps(grid)) < 20_000  # stays small enough to sync once a second
 
@@ -114,7 +114,7 @@ def test_failure_is_pinned_only_when_failed() -> None:
     pinned = model.failure(_snapshot(view, RunState.FAILED))
     assert pinned["rank"] == 3 and pinned["summary"].startswith("rank 3 (node 1) failed: ValueError: boom")
     assert pinned["traceback"].endswith("ValueError: boom") and pinned["last_lines"] == ["a", "b"]
-    grid = model.ranks(view, RunState.FAILED, now=feed.t)
+    grid = model.ranks(view.ranks, RunState.FAILED, now=feed.t)
     assert {c[0]: c[1] for n in grid["nodes"] for c in n["ranks"]}[3] == "failed"
 
 
@@ -159,9 +159,9 @@ def test_env_mismatch_is_flagged() -> None:
     feed, view, model = Feed(), RunView(), _model()
     _apply(view, model, [feed.event(EventKind.ENV, 0, python="3.11.7", torch="2.12.0", accelerate="1.15.0",
                                     device="cuda:0", host="node-a", gpu_name="H100")])
-    env = model.env(view)
+    env = model.env(view.ranks)
     assert env["mismatches"] == 1 and env["ranks"][0]["mismatch"] == ["torch"]
-    assert model.header(_snapshot(view, RunState.RUNNING), view)["device"] == "gpu"
+    assert model.header(_snapshot(view, RunState.RUNNING), view.ranks)["device"] == "gpu"
 
 
 @pytest.mark.parametrize("count", [0, 3, 10, 5000])
@@ -221,7 +221,7 @@ def test_the_grid_shows_each_ranks_step_from_metrics_and_progress() -> None:
     _apply(view, model, [feed.event(EventKind.RANK_START, 0, node=0, pid=1), feed.event(EventKind.RANK_START, 1, node=0, pid=2),
                          feed.event(EventKind.METRIC, 0, step=20, values={"loss": 0.1}),  # accelerator.log
                          feed.event(EventKind.HEARTBEAT, 1, step=19, idle_s=0.2)])  # progress, no metric on rank 1
-    cells = {c[0]: c for node in model.ranks(view, RunState.RUNNING, now=feed.t)["nodes"] for c in node["ranks"]}
+    cells = {c[0]: c for node in model.ranks(view.ranks, RunState.RUNNING, now=feed.t)["nodes"] for c in node["ranks"]}
     assert cells[0][2] == 20 and cells[1][2] == 19
     assert model.take_batch()["points"] == {"loss": [[20.0, 0.1]]}  # type: ignore[index]  # the chart, same step
 
