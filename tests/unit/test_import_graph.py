@@ -1,4 +1,5 @@
-"""No import cycles inside nbtrain/ (module-level imports; imports inside functions are lazy by design)."""
+"""No import cycles inside nbtrain/ (module-level imports, relative ones included; imports inside functions are
+lazy by design)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,16 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+def _absolute(node: ast.ImportFrom, name: str, path: Path) -> str:
+    """The module ``from X import ...`` names, relative imports (``from .x import y``) resolved against ``name``."""
+    if node.level == 0:
+        return node.module or ""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    for _ in range(node.level - 1):
+        package = package.rpartition(".")[0]
+    return f"{package}.{node.module}" if node.module else package
+
+
 def _graph() -> dict[str, set[str]]:
     modules = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
     graph: dict[str, set[str]] = {name: set() for name in modules}
@@ -24,8 +35,9 @@ def _graph() -> dict[str, set[str]]:
             targets: list[str] = []
             if isinstance(node, ast.Import):
                 targets = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                targets = [f"{node.module}.{alias.name}" if f"{node.module}.{alias.name}" in modules else node.module
+            elif isinstance(node, ast.ImportFrom):
+                module = _absolute(node, name, path)
+                targets = [f"{module}.{alias.name}" if f"{module}.{alias.name}" in modules else module
                            for alias in node.names]
             for target in targets:
                 if target in modules and target != name:
@@ -65,6 +77,25 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
 def test_nbtrain_has_no_import_cycles() -> None:
     cycle = _cycle(_graph())
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+def test_relative_imports_are_edges_too() -> None:
+    # bundle/ imports its siblings relatively (`from .reader import ...`): a cycle through those counts too
+    graph = _graph()
+    assert "nbtrain.bundle.reader" in graph["nbtrain.bundle.model"]
+    assert "nbtrain.bundle.cellbody" in graph["nbtrain.bundle.render"]
+
+
+def test_a_relative_import_resolves_like_python() -> None:
+    def resolve(line: str, name: str, file: str) -> str:
+        node = ast.parse(line).body[0]
+        assert isinstance(node, ast.ImportFrom)
+        return _absolute(node, name, Path(file))
+
+    assert resolve("from .capture import x", "nbtrain.bundle.build", "build.py") == "nbtrain.bundle.capture"
+    assert resolve("from .capture import x", "nbtrain.bundle", "__init__.py") == "nbtrain.bundle.capture"
+    assert resolve("from ..events import x", "nbtrain.bundle.build", "build.py") == "nbtrain.events"
+    assert resolve("from . import capture", "nbtrain.bundle.build", "build.py") == "nbtrain.bundle"
 
 
 def test_the_bottom_layer_imports_nothing_above_it() -> None:
