@@ -276,6 +276,7 @@ class JobSpec:
         if self.hang_timeout_s is not None:
             _check_number("--hang-timeout", self.hang_timeout_s, *NUMBER_LIMITS["hang_timeout_s"],
                           unit="seconds (7 days)")
+        _check_number("--warm-ttl", self.warm_ttl_s, *NUMBER_LIMITS["warm_ttl_s"], unit="seconds (7 days)")
         for key, value in self.env.items():
             if not _ENV_NAME_RE.match(key):
                 raise SpecError(f"--env: {key!r} is not a valid environment variable name.")

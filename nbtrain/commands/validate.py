@@ -9,6 +9,7 @@ does not name the profile its cell used.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 
@@ -39,8 +40,8 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         raise SpecError(f"--steps {args.steps}: give at least 1 step.")
     if args.procs < 2:
         raise SpecError(f"--procs {args.procs}: the distributed rung needs at least 2 processes.")
-    if args.timeout <= 0:
-        raise SpecError(f"--timeout {args.timeout}: give a positive number of seconds.")
+    if not (math.isfinite(args.timeout) and args.timeout > 0):  # nan > 0 and inf > 0: never a wall-clock limit
+        raise SpecError(f"--timeout {args.timeout}: give a positive, finite number of seconds (e.g. 300).")
     directory = Path(args.directory)
 
     def show(outcome: object) -> None:

@@ -29,6 +29,9 @@ NUMBER_FLAGS = [
     ("--timeout", "timeout_s", "2592000"),
     ("--collective-timeout", "collective_timeout_s", "86400"),
     ("--max-capture-mb", "max_capture_mb", "10240"),
+    ("--stall-after", "stall_after_s", "86400"),
+    ("--hang-timeout", "hang_timeout_s", "604800"),
+    ("--warm-ttl", "warm_ttl_s", "604800"),  # before: never checked; NaN, inf, -5 and 1e300 were accepted
 ]
 
 
@@ -55,6 +58,19 @@ def test_the_largest_allowed_value_is_accepted(flag: str, field: str, highest: s
 def test_numbers_of_the_wrong_type_are_a_spec_error(field: str, value: Any) -> None:
     with pytest.raises(SpecError, match="expected a number"):
         JobSpec(**{field: value})
+
+
+@pytest.mark.parametrize("text", ["nan", "inf", "-inf", "0", "-5"])
+def test_validate_refuses_a_timeout_that_is_not_a_positive_finite_number(
+    text: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before: ``nbtrain validate --timeout nan`` (and ``inf``) passed the ``<= 0`` check and ran the ladder."""
+    from nbtrain.cli import main
+
+    assert main(["validate", str(tmp_path / "job"), f"--timeout={text}"]) != 0
+    err = capsys.readouterr().err
+    assert f"--timeout {float(text)}" in err and "positive, finite number of seconds" in err, err
+    assert not (tmp_path / "job").exists()
 
 
 def test_an_infinite_timeout_in_nbtrain_toml_names_its_key() -> None:
