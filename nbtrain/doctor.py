@@ -31,8 +31,21 @@ def _version(dist: str) -> str | None:
         return None
 
 
+def _backends_check() -> Check:
+    """The installed backends (entry-point group ``nbtrain.backends``), those of other packages with their entry point."""
+    from nbtrain.errors import SpecError
+    from nbtrain.registry import ENTRY_POINT_GROUP, backend_entry_points, backend_names
+
+    try:
+        points, builtin = backend_entry_points(), backend_names(builtin=True)
+    except SpecError as error:
+        return Check("backends", False, str(error), "pip install -e . (from a clone) or pip install nbtrain")
+    shown = [name if name in builtin else f"{name} ({points[name].value})" for name in sorted(points)]
+    return Check("backends", True, f"{', '.join(shown)} (entry-point group {ENTRY_POINT_GROUP})")
+
+
 def run_checks(store: Store | None = None) -> list[Check]:
-    """Check Python, torch, accelerate, cloudpickle, devices, the launcher and the store."""
+    """Check Python, torch, accelerate, cloudpickle, the installed backends, devices, the launcher and the store."""
     from nbtrain.backends.local.gpus import detect_gpus
 
     python_ok = sys.version_info >= (3, 10)
@@ -43,6 +56,7 @@ def run_checks(store: Store | None = None) -> list[Check]:
         version = _version(dist)
         found = version is not None and importlib.util.find_spec(dist) is not None
         checks.append(Check(dist, found, version or "not installed", fix if not found else ""))
+    checks.append(_backends_check())
     gpus = detect_gpus()
     smi = shutil.which("nvidia-smi")
     detail = (f"{gpus.count} GPU(s): " + ", ".join(gpus.names)) if gpus.count else (

@@ -15,9 +15,10 @@ from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from typing import Any
 
 from nbtrain.errors import SpecError
+from nbtrain.registry import backend_names, unknown_backend
 
 __all__ = [
-    "BACKEND_NAMES", "FLAVORS", "LIMITS", "NUMBER_LIMITS", "STRATEGY_OPTIONS", "Device", "FsdpSharding", "FsdpStateDict",
+    "FLAVORS", "LIMITS", "NUMBER_LIMITS", "STRATEGY_OPTIONS", "Device", "FsdpSharding", "FsdpStateDict",
     "FsdpWrap", "JobSpec", "MixedPrecision", "Strategy", "ZeroOffload", "choices_of", "split_volume",
 ]
 
@@ -99,8 +100,6 @@ class ZeroOffload(_Choice):
     NVME = "nvme"
 
 
-#: Backends a JobSpec may name (each also declares, in nbtrain.flags, the options it honours).
-BACKEND_NAMES = ("local", "kubernetes", "slurm")
 #: Kubernetes objects the kubernetes backend can create.
 FLAVORS = ("job", "pytorchjob", "jobset")
 #: Inclusive ranges of the whole-number fields: field -> (lowest, highest).
@@ -145,7 +144,9 @@ def choices_of(field_name: str) -> tuple[str, ...]:
     """The values JobSpec accepts for ``field_name`` (empty for a field that is not a choice)."""
     if field_name in _ENUMS:
         return tuple(member.value for member in _ENUMS[field_name])
-    return {"backend": BACKEND_NAMES, "flavor": FLAVORS}.get(field_name, ())
+    if field_name == "backend":  # the installed backends (entry-point group nbtrain.backends), read once per process
+        return backend_names()
+    return {"flavor": FLAVORS}.get(field_name, ())
 
 
 def tracking_default() -> bool:
@@ -282,8 +283,8 @@ class JobSpec:
                 raise SpecError(f"--env: {key!r} is not a valid environment variable name.")
             if not isinstance(value, str):
                 raise SpecError(f"--env: the value of {key} must be a string, got {type(value).__name__}.")
-        if self.backend not in BACKEND_NAMES:
-            raise SpecError(f"--backend: unknown value {self.backend!r}; choose one of: {', '.join(BACKEND_NAMES)}.")
+        if self.backend not in backend_names():
+            raise SpecError(unknown_backend(self.backend))
         if self.flavor not in FLAVORS:
             raise SpecError(f"--flavor: unknown value {self.flavor!r}; choose one of: {', '.join(FLAVORS)}.")
 

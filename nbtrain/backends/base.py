@@ -8,10 +8,11 @@ own request, and thin I/O methods around it. The contract is a type, not a docst
   ``cancel`` is idempotent in the base (terminal check, then ``_cancel_existing``);
 - :class:`StoreBackedBackend` reads what every backend keeps in the store the same way (cursor, events,
   paged logs, list), so an engine only says how to start, observe and stop its gang;
-- :class:`Capabilities` declares what a backend can do, for users (docs) and for the contract suite.
+- :class:`Capabilities` declares what a backend can do beyond the generic options; ``plan`` reads it to honour
+  or refuse the backend-specific ones (:func:`nbtrain.flags.unsupported_options`).
 
 The same contract test-suite (``tests/contract``) runs on every backend. Backends are found through the
-``nbtrain.backends`` entry-point group (see :mod:`nbtrain.backends`).
+``nbtrain.backends`` entry-point group (see :mod:`nbtrain.backends`; writing one: docs/backends.md).
 """
 
 from __future__ import annotations
@@ -63,13 +64,18 @@ class RunHandle:
 
 @dataclass(frozen=True)
 class Capabilities:
-    """What a backend can do. Options it cannot honour are refused by :meth:`Backend.plan`.
+    """What a backend can do beyond the generic options. :meth:`Backend.plan` refuses, before anything starts,
+    what it rules out (:func:`nbtrain.flags.unsupported_options` reads it).
 
     ``restarts``: ``--max-restarts`` restarts a failed gang from its latest checkpoint.
-    ``checkpoints``: ``nbtrain.save_checkpoint`` has a directory every rank shares.
-    ``gpus``: ranks can be given GPUs. ``multi_node``: more than one node per gang.
+    ``checkpoints``: ``nbtrain.save_checkpoint`` has a directory every rank shares (``--checkpoint-dir``,
+    ``--keep-checkpoints``). ``gpus``: ranks can be given GPUs (else ``--device gpu`` is refused).
+    ``multi_node``: more than one node per gang (else ``--nodes`` above 1 is refused).
     ``shared_store``: ranks write events, logs and the result into the store directly (else they travel
-    through the backend's own log channel and are mirrored into the store).
+    through the backend's own log channel and are mirrored into the store); informational.
+    ``options``: flags of backend-specific options of the table (``nbtrain.flags.OPTIONS``, e.g. ``"--image"``,
+    ``"--stall-after"``) that this backend honours although the table does not name it: how a backend installed
+    later declares them. The built-in backends are named by the table and declare none here.
     """
 
     restarts: bool
@@ -77,6 +83,7 @@ class Capabilities:
     gpus: bool
     multi_node: bool
     shared_store: bool
+    options: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -129,6 +136,23 @@ class Backend(abc.ABC):
     Subclasses set ``name`` and ``capabilities`` and implement the ``_plan``/``submit``/``status``/
     ``cursor``/``log_page``/``_cancel_existing``/``list`` primitives; the public template methods here
     hold the rules every backend shares.
+
+    Writing a backend (docs/backends.md), the contract:
+
+    - Register the class in the ``nbtrain.backends`` entry-point group under ``name`` (the ``--backend`` value):
+      JobSpec, the flags, nbtrain.toml and ``nbtrain doctor`` then accept it; nothing in nbtrain is edited.
+    - Honour every generic option (``Option.backends`` None in :mod:`nbtrain.flags.table`): the gang's shape
+      (``--nodes``, ``--gpus``, ``--device``), the strategy and its options, ``--mixed-precision``, ``--env``,
+      ``--timeout``, ``--collective-timeout``. Launching each node with :func:`nbtrain.backends.launch.accelerate_argv`
+      and :func:`nbtrain.backends.accelerate_config.accelerate_config` does.
+    - Every backend-specific option of the others is refused by :meth:`plan` automatically, naming the option and
+      this backend; honour one by declaring it in ``capabilities`` (``options``, or ``checkpoints``/``restarts``
+      for the checkpoint options), and ``multi_node``/``gpus`` False refuse ``--nodes`` above 1 and ``--device gpu``.
+    - ``_plan`` is pure: it returns a :class:`Plan` whose ``request`` is the backend's own request object and
+      whose ``request["describe"]`` is what ``--dry-run`` prints; it starts and writes nothing.
+    - Ranks report through the store layout (``runs/<id>/attempts/<n>/{events,logs}``): subclass
+      :class:`StoreBackedBackend` and cursors, events, paged logs and the run list come for free.
+    - The contract suite (``tests/contract``) runs on it once it registers a fixture there.
     """
 
     name: ClassVar[str]
@@ -148,7 +172,7 @@ class Backend(abc.ABC):
         from nbtrain.flags import check_supported
         from nbtrain.secrets import refuse_secret_env
 
-        check_supported(spec, self.name)
+        check_supported(spec, self.name, self.capabilities)
         refuse_secret_env(spec.env, backend=self.name, allow=spec.allow_secrets)
         return self._plan(spec, bundle_dir, bundle_digest, run_id, attempt=attempt)
 

@@ -10,24 +10,35 @@ from pathlib import Path
 from typing import Any
 
 from nbtrain.errors import SpecError
-from nbtrain.flags.table import BACKENDS, CLI_ONLY, MAGIC_ONLY, OPTIONS, Option, options_for
+from nbtrain.flags.table import CLI_ONLY, MAGIC_ONLY, OPTIONS, BackendInfo, Option, installed_backends, options_for
 
 __all__ = ["BEGIN", "END", "GENERATED", "dialog_data", "main", "markdown", "regenerated", "typescript"]
 
 
+def _builtin() -> list[BackendInfo]:
+    """The backends the checked-in generated files show: nbtrain's own entry points (what else is installed on the
+    machine that writes them must not change them; a backend installed later is listed by ``--help``)."""
+    return installed_backends(builtin=True)
+
+
+def _choices(option: Option, backends: list[BackendInfo]) -> tuple[str, ...]:
+    return tuple(b.name for b in backends) if option.field == "backend" else option.choices
+
+
 def dialog_data() -> dict[str, Any]:
     """JSON-serialisable description of the ``%%distributed`` options for the JupyterLab dialog."""
+    known = _builtin()
     options = {}
     for option in options_for("magic"):
         limits = option.limits or option.number_limits  # a float's "min" is exclusive: it must be above it
         options[option.flag] = {
-            "field": option.field, "type": option.kind, "choices": list(option.choices),
+            "field": option.field, "type": option.kind, "choices": list(_choices(option, known)),
             "default": option.default_json, "min": limits[0] if limits else None,
             "max": limits[1] if limits else None, "help": option.help,
-            "backends": None if option.backends is None else [b for b in BACKENDS if b in option.backends],
+            "backends": None if option.backends is None else [b.name for b in known if b.name in option.backends],
             "toml": option.toml, "repeatable": option.kind in ("pairs", "tolerations", "list"),
         }
-    backends = [{"name": b.name, "title": b.title, "does": b.does} for b in BACKENDS.values()]
+    backends = [{"name": b.name, "title": b.title, "does": b.does} for b in known]
     return {"backends": backends, "options": options}
 
 
@@ -45,9 +56,9 @@ def typescript() -> str:
 
 
 
-def _type_text(option: Option) -> str:
-    if option.choices:
-        return " \\| ".join(option.choices)
+def _type_text(option: Option, backends: list[BackendInfo]) -> str:
+    if _choices(option, backends):
+        return " \\| ".join(_choices(option, backends))
     if option.limits:
         return f"integer {option.limits[0]}–{option.limits[1]}"
     if option.number_limits:
@@ -70,14 +81,15 @@ def _honoured(option: Option, backend: str) -> str:
 
 def markdown() -> str:
     """The options reference: one Markdown table (flag, type, default, TOML key, one column per backend, help)."""
-    head = ["flag", "type", "default", "TOML key", *BACKENDS, "help"]
+    known = _builtin()
+    head = ["flag", "type", "default", "TOML key", *(b.name for b in known), "help"]
     rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for option in OPTIONS:
         flag = f"`{option.flag}`" + (f" {option.metavar}" if option.metavar else "")
         where = {MAGIC_ONLY: "Notebook only. ", CLI_ONLY: "`nbtrain submit` only. "}.get(option.surfaces, "")
-        cells = [flag.replace("|", "\\|"), _type_text(option), option.default_shown or "—",
+        cells = [flag.replace("|", "\\|"), _type_text(option, known), option.default_shown or "—",
                  f"`{option.toml}`" if option.toml else "—",
-                 *(_honoured(option, b) for b in BACKENDS),
+                 *(_honoured(option, b.name) for b in known),
                  where + option.help]
         rows.append("| " + " | ".join(cells) + " |")
     intro = ("Generated from `nbtrain/flags/table.py` by `python -m nbtrain.flags --write`; do not edit by hand. "

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from nbtrain.errors import SpecError
-from nbtrain.flags.table import BACKENDS, OPTIONS, Option, Surface, options_for
+from nbtrain.flags.table import OPTIONS, TITLES, Option, Surface, options_for
 from nbtrain.spec import JobSpec
 
 __all__ = ["add_arguments", "build_parser", "default_spec", "given_options", "spec_from_namespace"]
@@ -19,8 +19,8 @@ def _help(option: Option) -> str:
     shown = option.default_shown
     if option.field is not None and option.kind != "switch" and shown:
         text += f" Default: {shown}."
-    owners = [b for b in BACKENDS if option.backends is not None and b in option.backends]
-    if option.backends is not None and len(owners) < len(BACKENDS):
+    owners = [b for b in TITLES if option.backends is not None and b in option.backends]
+    if option.backends is not None and len(owners) < len(TITLES):
         text += f" [{' and '.join(owners) or 'no'} backend{'s' if len(owners) > 1 else ''} only]"
     return text.replace("%", "%%")  # argparse formats help with %
 

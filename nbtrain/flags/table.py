@@ -9,15 +9,18 @@ from collections.abc import Mapping
 from dataclasses import MISSING, Field, dataclass, fields
 from typing import Any, Literal
 
+from nbtrain.registry import backend_names
 from nbtrain.spec import LIMITS, NUMBER_LIMITS, JobSpec, choices_of
 
 __all__ = [
-    "BACKENDS", "CLI_ONLY", "EXCLUDED_FIELDS", "MAGIC_ONLY", "OPTIONS", "SURFACES", "BackendInfo", "Kind", "Option",
-    "Surface", "option_for_flag", "options_for",
+    "CLI_ONLY", "EXCLUDED_FIELDS", "MAGIC_ONLY", "OPTIONS", "SURFACES", "TITLES", "BackendInfo", "Capability", "Kind",
+    "Option", "Surface", "backend_info", "installed_backends", "option_for_flag", "options_for",
 ]
 
 Kind = Literal["int", "float", "str", "choice", "switch", "pairs", "tolerations", "list"]
 Surface = Literal["magic", "cli"]
+#: A :class:`nbtrain.backends.base.Capabilities` flag through which a backend the table does not name honours an option.
+Capability = Literal["checkpoints", "restarts"]
 SURFACES: tuple[Surface, ...] = ("magic", "cli")
 _BOTH: frozenset[Surface] = frozenset(SURFACES)
 MAGIC_ONLY: frozenset[Surface] = frozenset({"magic"})
@@ -33,15 +36,31 @@ class BackendInfo:
     does: str
 
 
-#: Every backend the table knows, in column order.
-BACKENDS: Mapping[str, BackendInfo] = {
+#: How the reference and refusals name the built-in backends, in column order. Which backends exist is not decided
+#: here: it is the entry-point group (:func:`installed_backends`); a backend installed later is named by its name.
+TITLES: Mapping[str, BackendInfo] = {
     "local": BackendInfo("local", "local", "runs processes on this machine"),
     "kubernetes": BackendInfo("kubernetes", "Kubernetes", "runs pods on a cluster"),
     "slurm": BackendInfo("slurm", "Slurm", "runs a batch job on a Slurm cluster"),
 }
-# Options the shared `accelerate launch` command (nbtrain/backends/launch.py) or the per-rank environment
-# carry: every backend that launches through it honours them.
-_LAUNCH = frozenset({"local", "kubernetes", "slurm"})
+
+
+def backend_info(name: str) -> BackendInfo:
+    """How refusals and the reference name backend ``name`` (one the table has no title for: by its name)."""
+    return TITLES.get(name) or BackendInfo(name, name, "does not declare it in its Capabilities")
+
+
+def installed_backends(*, builtin: bool = False) -> list[BackendInfo]:
+    """The installed backends (entry-point group ``nbtrain.backends``): the titled ones in column order, then the
+    others by name. ``builtin``: only nbtrain's own, what checked-in generated files show (they must not depend on
+    what else is installed where they are written)."""
+    names = backend_names(builtin=builtin)
+    return [TITLES[n] for n in TITLES if n in names] + [backend_info(n) for n in names if n not in TITLES]
+
+
+# Generic options (``backends=_EVERY``): the shared `accelerate launch` command (nbtrain/backends/launch.py) or the
+# per-rank environment carries them, and every backend honours them (the Backend contract), those installed later too.
+_EVERY = None
 _K8S = frozenset({"kubernetes"})
 _SLURM = frozenset({"slurm"})
 # the nbtrain supervisor (local: on this machine; Slurm: inside the allocation) restarts gangs, keeps checkpoints
@@ -66,8 +85,11 @@ class Option:
     """One job option.
 
     ``field`` is the JobSpec field it sets (None: a surface-only option such as ``--out``); ``default``
-    is then JobSpec's own default. ``backends`` are the backends that honour it (None: not a backend
-    matter, applied before any backend sees the job: capture, tracking, naming). ``why``/``instead``
+    is then JobSpec's own default. ``backends`` are the built-in backends that honour a backend-specific option;
+    None: every backend honours it, those installed later too (a generic option: part of the Backend contract, or
+    no backend's matter, applied before any backend sees the job: capture, tracking, naming). A backend outside
+    ``backends`` honours a backend-specific option only when it declares it: the flag in its
+    ``Capabilities.options``, or the ``capability`` flag of its Capabilities set. ``why``/``instead``
     finish a refusal for a backend outside ``backends``. ``needs``: a backend of ``backends`` that honours the
     option only together with another option (Kubernetes checkpoints need ``--volume``), and why. ``merge``:
     repeated NAME=VALUE flags add to the base spec's mapping (nbtrain.toml's) instead of replacing it. ``env``:
@@ -90,6 +112,8 @@ class Option:
     instead: str | None = None
     #: backend -> (JobSpec field, why): that backend honours the option only when the field is set too
     needs: Mapping[str, tuple[str, str]] | None = None
+    #: the Capabilities flag through which a backend outside ``backends`` honours it (checkpoints, restarts)
+    capability: Capability | None = None
 
     def __post_init__(self) -> None:
         if self.field is not None:
@@ -144,39 +168,39 @@ def _o(flag: str, kind: Kind, help: str, **kw: Any) -> Option:
 #: The table. Order: what the reference and ``--help`` show.
 OPTIONS: tuple[Option, ...] = (
     _o("--nodes", "int", "Number of nodes (one launcher each).", field="nodes", toml="job.nodes",
-       backends=_LAUNCH, metavar="N"),
+       backends=_EVERY, metavar="N"),
     _o("--gpus", "int", "GPUs per node; on a machine without GPUs, worker processes per node (CPU, gloo); "
-       "0 runs one CPU process per node.", field="procs_per_node", toml="job.gpus", backends=_LAUNCH, metavar="N"),
+       "0 runs one CPU process per node.", field="procs_per_node", toml="job.gpus", backends=_EVERY, metavar="N"),
     _o("--name", "str", "Run name, used in the run id (digits-3fa9c2).", field="name", toml="job.name",
        metavar="NAME"),
     _o("--backend", "choice", "Where the gang runs: processes on this machine, pods on Kubernetes, or a Slurm batch job.",
        field="backend", toml="job.backend", env="NBTRAIN_BACKEND",
        default_text="local (NBTRAIN_BACKEND sets it)"),
     _o("--device", "choice", "auto: GPUs when present, else CPU (gloo).", field="device", toml="job.device",
-       backends=_LAUNCH),
+       backends=_EVERY),
     _o("--strategy", "choice", "How Accelerate distributes the model.", field="strategy", toml="job.strategy",
-       backends=_LAUNCH),
+       backends=_EVERY),
     _o("--mixed-precision", "choice", "Accelerate's mixed precision (GPU only).", field="mixed_precision",
-       toml="job.mixed_precision", backends=_LAUNCH),
+       toml="job.mixed_precision", backends=_EVERY),
     _o("--fsdp-version", "int", "FSDP implementation (--strategy fsdp): 2 (per-parameter sharding, recommended) "
-       "or 1.", field="fsdp_version", toml="strategy.fsdp_version", backends=_LAUNCH, metavar="1|2"),
+       "or 1.", field="fsdp_version", toml="strategy.fsdp_version", backends=_EVERY, metavar="1|2"),
     _o("--fsdp-sharding", "choice", "What FSDP shards (--strategy fsdp): full = parameters, gradients and "
        "optimizer state; shard-grad-op = gradients and optimizer state; hybrid = full within a node, replicated "
-       "across nodes.", field="fsdp_sharding", toml="strategy.fsdp_sharding", backends=_LAUNCH),
+       "across nodes.", field="fsdp_sharding", toml="strategy.fsdp_sharding", backends=_EVERY),
     _o("--fsdp-auto-wrap", "choice", "FSDP's wrap policy (--strategy fsdp): the model's transformer blocks "
        "(its _no_split_modules), modules above 100M parameters, or the root only.", field="fsdp_auto_wrap",
-       toml="strategy.fsdp_auto_wrap", backends=_LAUNCH),
+       toml="strategy.fsdp_auto_wrap", backends=_EVERY),
     _o("--fsdp-state-dict", "choice", "How FSDP checkpoints (--strategy fsdp): one file per rank, or a full "
        "state dict gathered on rank 0.", field="fsdp_state_dict", toml="strategy.fsdp_state_dict",
-       backends=_LAUNCH),
+       backends=_EVERY),
     _o("--fsdp-cpu-offload", "switch", "Offload FSDP parameters to CPU memory (--strategy fsdp).",
-       field="fsdp_cpu_offload", toml="strategy.fsdp_cpu_offload", backends=_LAUNCH),
+       field="fsdp_cpu_offload", toml="strategy.fsdp_cpu_offload", backends=_EVERY),
     _o("--zero-stage", "int", "DeepSpeed ZeRO stage 0-3 (--strategy deepspeed).", field="zero_stage",
-       toml="strategy.zero_stage", backends=_LAUNCH, metavar="0-3"),
+       toml="strategy.zero_stage", backends=_EVERY, metavar="0-3"),
     _o("--zero-offload", "choice", "Where ZeRO offloads optimizer state, and at stage 3 parameters "
-       "(--strategy deepspeed).", field="zero_offload", toml="strategy.zero_offload", backends=_LAUNCH),
+       "(--strategy deepspeed).", field="zero_offload", toml="strategy.zero_offload", backends=_EVERY),
     _o("--gradient-accumulation", "int", "DeepSpeed's gradient accumulation steps (--strategy deepspeed; "
-       "1-1024).", field="gradient_accumulation", toml="strategy.gradient_accumulation", backends=_LAUNCH,
+       "1-1024).", field="gradient_accumulation", toml="strategy.gradient_accumulation", backends=_EVERY,
        metavar="N"),
     _o("--accelerate-config", "str", "Your team's Accelerate config (YAML): merged under nbtrain's launch "
        "settings (gang shape, rendezvous, strategy flags win), every key it sets shown by --dry-run.",
@@ -185,11 +209,11 @@ OPTIONS: tuple[Option, ...] = (
     _o("--image", "str", "Container image of the pods.", field="image", toml="job.image", backends=_K8S,
        metavar="IMAGE", default_text="NBTRAIN_K8S_IMAGE (required: Python, torch, accelerate)"),
     _o("--env", "pairs", "Environment variable for every rank (repeatable).", field="env", toml="job.env",
-       backends=_LAUNCH, metavar="NAME=VALUE", merge=True),
+       backends=_EVERY, metavar="NAME=VALUE", merge=True),
     _o("--timeout", "float", "Fail the run after this many seconds (at most 30 days).", field="timeout_s",
-       toml="job.timeout_s", backends=_LAUNCH, metavar="SECONDS", default_text="none"),
+       toml="job.timeout_s", backends=_EVERY, metavar="SECONDS", default_text="none"),
     _o("--collective-timeout", "float", "Seconds before a hung collective fails the gang (torch's own is 30 min; "
-       "at most 24 hours).", field="collective_timeout_s", toml="job.collective_timeout_s", backends=_LAUNCH,
+       "at most 24 hours).", field="collective_timeout_s", toml="job.collective_timeout_s", backends=_EVERY,
        metavar="SECONDS"),
     _o("--stall-after", "float", "Report the gang stalled when a rank (or all) made no progress (step, metric, "
        "collective) for this long, and dump every thread's stack into its log (at most 24 hours).",
@@ -220,14 +244,14 @@ OPTIONS: tuple[Option, ...] = (
     _o("--checkpoint-dir", "str", "Checkpoint root for nbtrain.save_checkpoint.", field="checkpoint_dir",
        toml="job.checkpoint_dir", backends=_CHECKPOINTS, metavar="DIR",
        default_text="inside the run's directory (Kubernetes: nbtrain-checkpoints on the first --volume)",
-       why="gives its ranks no checkpoint directory", needs=_NEEDS_VOLUME),
+       why="gives its ranks no checkpoint directory", needs=_NEEDS_VOLUME, capability="checkpoints"),
     _o("--max-restarts", "int", "Restart a failed gang from its last checkpoint up to K times.",
        field="max_restarts", toml="job.max_restarts", backends=_CHECKPOINTS, metavar="K",
        why="does not restart a failed gang", instead="resume it by hand with %nbtrain resume RUN",
-       needs=_NEEDS_VOLUME),
+       needs=_NEEDS_VOLUME, capability="restarts"),
     _o("--keep-checkpoints", "int", "Complete checkpoints kept per run.", field="keep_checkpoints",
        toml="job.keep_checkpoints", backends=_CHECKPOINTS, metavar="N", why="keeps no checkpoints",
-       needs=_NEEDS_VOLUME),
+       needs=_NEEDS_VOLUME, capability="checkpoints"),
     _o("--namespace", "str", "Kubernetes namespace.", field="namespace", toml="kubernetes.namespace",
        backends=_K8S, metavar="NAMESPACE", default_text="the kubeconfig context's"),
     _o("--queue", "str", "Kueue LocalQueue: the job waits for all-or-nothing admission.", field="queue",

@@ -15,7 +15,8 @@ _TOML_TYPES: Mapping[str, tuple[type, ...]] = {
     "int": (int,), "float": (int, float), "str": (str,), "choice": (str,), "switch": (bool,),
     "pairs": (dict,), "tolerations": (list,), "list": (list,),
 }
-TOML_TABLES = ("job", "strategy", "tracking", "kubernetes", "slurm")
+#: The tables of nbtrain.toml, in the table's order (the options' ``toml`` keys name them).
+TOML_TABLES: tuple[str, ...] = tuple(dict.fromkeys(o.toml.split(".")[0] for o in OPTIONS if o.toml))
 
 
 class TomlError(SpecError):

@@ -13,8 +13,10 @@ from typing import Any
 import pytest
 
 from nbtrain import flags
+from nbtrain.backends.base import Capabilities
 from nbtrain.errors import SpecError
-from nbtrain.spec import BACKEND_NAMES, JobSpec
+from nbtrain.registry import backend_names
+from nbtrain.spec import JobSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 REGENERATE = "run `python -m nbtrain.flags --write` in the repository root"
@@ -72,10 +74,11 @@ def test_defaults_are_jobspecs_own() -> None:
 
 
 def test_the_table_and_jobspec_know_the_same_backends() -> None:
-    assert tuple(flags.BACKENDS) == BACKEND_NAMES
-    assert flags.option_for_flag("--backend").choices == BACKEND_NAMES
+    # which backends exist is the entry-point group; the table only titles the built-ins (and names them per option)
+    assert set(flags.TITLES) == set(backend_names(builtin=True)) <= set(backend_names())
+    assert flags.option_for_flag("--backend").choices == backend_names()
     for option in flags.OPTIONS:
-        assert option.backends is None or option.backends <= set(flags.BACKENDS), option.flag
+        assert option.backends is None or option.backends <= set(flags.TITLES), option.flag
 
 
 def test_resume_from_is_gone_but_old_records_still_load() -> None:
@@ -152,7 +155,7 @@ def test_the_environment_sets_the_backends_default(monkeypatch: pytest.MonkeyPat
     assert flags.spec_from_namespace(parser.parse_args([])).backend == "kubernetes"
     assert flags.spec_from_namespace(parser.parse_args(["--backend", "local"])).backend == "local"
     monkeypatch.setenv("NBTRAIN_BACKEND", "slurmish")
-    with pytest.raises(SpecError, match=r"NBTRAIN_BACKEND='slurmish' .*choose one of: local, kubernetes"):
+    with pytest.raises(SpecError, match=r"NBTRAIN_BACKEND='slurmish' .*installed backends are: kubernetes, local, slurm"):
         flags.spec_from_namespace(parser.parse_args([]))
 
 
@@ -221,7 +224,7 @@ def test_toml_errors_say_where(data: Any, where: tuple[str, str, bool], message:
 
 
 def test_defaults_are_honoured_everywhere() -> None:
-    for backend in flags.BACKENDS:
+    for backend in flags.TITLES:
         assert flags.unsupported_options(JobSpec(), backend) == []
         flags.check_supported(JobSpec(), backend)
 
@@ -254,9 +257,41 @@ def test_kubernetes_refuses_checkpoint_options_without_a_volume_naming_volume() 
 def test_options_that_are_no_backends_matter_are_never_refused() -> None:
     spec = JobSpec(name="x", tracking=False, experiment="e", max_capture_mb=1.0, allow_secrets=True)
     assert flags.unsupported_options(spec, "local") == flags.unsupported_options(spec, "kubernetes") == []
-    # A backend the table does not know yet honours only those.
-    assert [m.split()[0] for m in flags.unsupported_options(JobSpec(nodes=2), "ray")] == ["--nodes"]
-    assert "the ray backend is not declared in nbtrain.flags" in flags.unsupported_options(JobSpec(nodes=2), "ray")[0]
+    # A backend nobody installed declares nothing: it honours those and the generic options, nothing else.
+    assert flags.unsupported_options(spec.with_changes(nodes=2, strategy="fsdp", env={"A": "1"}), "ray") == []
+    (message,) = flags.unsupported_options(JobSpec(namespace="ns"), "ray")
+    assert message == ("--namespace ns is a Kubernetes option; the ray backend does not declare it in its "
+                       "Capabilities: drop it or use --backend kubernetes.")
+
+
+def test_a_backend_of_its_own_honours_what_its_capabilities_declare() -> None:
+    declared = Capabilities(restarts=False, checkpoints=True, gpus=False, multi_node=False, shared_store=True,
+                            options=frozenset({"--stall-after", "--image"}))
+    honoured = JobSpec(stall_after_s=60.0, image="img:1", checkpoint_dir="/ckpt", keep_checkpoints=5)
+    assert flags.unsupported_options(honoured, "team", declared) == []
+    messages = flags.unsupported_options(JobSpec(nodes=2, device="gpu", max_restarts=1, warm=True), "team", declared)
+    assert messages == [
+        "--nodes 2: the team backend runs a gang on one node only (its Capabilities.multi_node is false): use "
+        "--nodes 1, or another --backend.",
+        "--device gpu: the team backend gives its ranks no GPU (its Capabilities.gpus is false): use --device cpu "
+        "or auto, or another --backend.",
+        "--warm is an option of the local backend only; the team backend does not declare it in its Capabilities: "
+        "drop it or use --backend local.",
+        "--max-restarts 1 is an option of the local, kubernetes and slurm backends only; the team backend does not "
+        "restart a failed gang (its Capabilities.restarts is false): drop it (resume it by hand with %nbtrain "
+        "resume RUN) or use --backend local, kubernetes or slurm.",
+    ]
+
+
+def test_the_built_ins_declare_through_the_table_and_their_capabilities_agree_with_it() -> None:
+    from nbtrain.backends import backend_class
+
+    for name in flags.TITLES:
+        capabilities = backend_class(name).capabilities
+        assert capabilities.options == frozenset(), name  # the table names what a built-in honours
+        for option in flags.OPTIONS:
+            if option.capability is not None:
+                assert getattr(capabilities, option.capability) == (option.backends is None or name in option.backends)
 
 
 def test_check_supported_raises_with_every_message() -> None:
@@ -288,7 +323,7 @@ def test_the_cli_and_the_table_import_without_ipython() -> None:
 
 def test_dialog_data_is_json_and_describes_the_magic() -> None:
     data = json.loads(json.dumps(flags.dialog_data()))
-    assert [b["name"] for b in data["backends"]] == list(flags.BACKENDS)
+    assert [b["name"] for b in data["backends"]] == list(flags.TITLES)
     assert set(data["options"]) == {o.flag for o in flags.options_for("magic")}
     gpus = data["options"]["--gpus"]
     assert (gpus["field"], gpus["default"], gpus["min"], gpus["max"]) == ("procs_per_node", 1, 0, 64)

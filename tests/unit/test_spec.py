@@ -57,7 +57,7 @@ def test_bad_counts_name_the_flag_and_the_value(changes: dict[str, object], flag
         ("strategy", "zero3", "--strategy", ["ddp", "fsdp", "deepspeed"]),
         ("device", "tpu", "--device", ["auto", "gpu", "cpu"]),
         ("mixed_precision", "fp4", "--mixed-precision", ["no", "fp16", "bf16", "fp8"]),
-        ("backend", "ray", "--backend", ["local", "kubernetes", "slurm"]),
+        ("backend", "ray", "--backend", ["local", "kubernetes", "slurm", "nbtrain.backends"]),  # and the fix
         ("flavor", "mpijob", "--flavor", ["job", "pytorchjob", "jobset"]),
     ],
 )
