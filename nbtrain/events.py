@@ -155,6 +155,26 @@ def _json_default(value: Any) -> Any:
     return repr(value)
 
 
+# The store's modes (nbtrain.store.PRIVATE_DIR, PRIVATE_FILE), repeated here: this module imports nothing from nbtrain.
+# Writers in the kernel or the Jupyter server run under the user's umask (022 by default), not the ranks' 077.
+_PRIVATE_DIR, _PRIVATE_FILE = 0o700, 0o600
+
+
+def _private_parents(path: Path) -> None:
+    """Create ``path``'s missing parent directories 0700 whatever the umask (as nbtrain.store.private_dir does)."""
+    missing = []
+    for candidate in path.parents:
+        if candidate.is_dir():
+            break
+        missing.append(candidate)
+    for directory in reversed(missing):
+        try:
+            directory.mkdir(mode=_PRIVATE_DIR)
+        except FileExistsError:
+            if not directory.is_dir():
+                raise
+
+
 class EventWriter:
     """Appends events of one source to one JSONL file. Thread-safe; each line is flushed at once.
 
@@ -163,14 +183,14 @@ class EventWriter:
     """
 
     def __init__(self, path: Path, source: str, *, attempt: int = 0, rank: int | None = None) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        _private_parents(path)
         self.path = path
         self.source = source
         self.attempt = attempt
         self.rank = rank
         self._lock = threading.Lock()
         self._seq = _last_seq(path)
-        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, _PRIVATE_FILE)
         if _ends_mid_line(path):
             os.write(self._fd, b"\n")  # a crash mid-line: close that fragment so the next event stays whole
 

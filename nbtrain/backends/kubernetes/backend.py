@@ -33,7 +33,7 @@ from nbtrain.backends.kubernetes.api import KubeApi, kubeconfig_namespace
 from nbtrain.backends.kubernetes.attempts import cancel_restart, follow, write_handle
 from nbtrain.backends.kubernetes.config import KubeOptions
 from nbtrain.backends.kubernetes.errors import KubeApiError, KubeSpecError
-from nbtrain.backends.kubernetes.files import KEY_FILE, AttemptFiles
+from nbtrain.backends.kubernetes.files import KEY_FILE, AttemptFiles, write_private_text
 from nbtrain.backends.kubernetes.mirror import Mirror, Target
 from nbtrain.backends.kubernetes.payload import RUNTIME_PATH, build_payload
 from nbtrain.backends.kubernetes.pod import EVENT_KEY_FIELD, PodInputs, checkpoint_root, preflight_files
@@ -235,8 +235,7 @@ class KubernetesBackend(StoreBackedBackend):
         handle = RunHandle(self.name, plan.run_id, data)
         if dry_run:
             return handle
-        root.mkdir(parents=True, exist_ok=True)
-        (root / "manifests.yaml").write_text(yaml.safe_dump_all(applied, sort_keys=False), encoding="utf-8")
+        write_private_text(root / "manifests.yaml", yaml.safe_dump_all(applied, sort_keys=False))  # 0600, dirs 0700
         write_handle(root, handle)
         self._mirror(handle)
         return handle

@@ -35,7 +35,7 @@ from nbtrain.backends.storecursor import tail_lines
 from nbtrain.events import Event, decode_event_key, encode_event_key, read_events
 from nbtrain.store import PRIVATE_FILE, private_dir, read_json
 
-__all__ = ["KEY_FILE", "AttemptFiles", "tail_lines"]
+__all__ = ["KEY_FILE", "AttemptFiles", "tail_lines", "write_private_text"]
 
 KEY_FILE = "event.key"
 RESERVE = ".verdict-reserve"  # freed when the disk is full, so the verdict can be written
@@ -43,12 +43,18 @@ RESERVE_BYTES = 256 * 1024
 
 
 def _write_json(path: Path, data: Any) -> None:
-    """Atomic replace without fsync (protects against a dying process, which is what matters here)."""
+    write_private_text(path, json.dumps(data, sort_keys=True, default=str))
+
+
+def write_private_text(path: Path, text: str) -> None:
+    """Replace ``path`` with ``text`` (UTF-8): a 0600 file in 0700 directories, whatever the umask.
+
+    Atomic replace without fsync (protects against a dying process, which is what matters here)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
     private_dir(path.parent)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, PRIVATE_FILE)
     with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write(json.dumps(data, sort_keys=True, default=str))
+        handle.write(text)
     os.replace(tmp, path)
 
 
@@ -92,7 +98,7 @@ class AttemptFiles:
     # -- the event key --------------------------------------------------------------------------
     def write_key(self, key: bytes) -> None:
         """Keep the attempt's event key in ``event.key``, readable by this user only (0600, replaced atomically)."""
-        self.root.mkdir(parents=True, exist_ok=True)
+        private_dir(self.root)
         tmp = self.root / f".{KEY_FILE}.{os.getpid()}.{threading.get_ident()}"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         try:

@@ -1,0 +1,76 @@
+"""What the kernel and the Jupyter server write into the store is private too, under the user's umask (022).
+
+Before: the event writer (events/kubernetes.jsonl, restart.jsonl, observer.jsonl, written by the kernel or the
+server, which run under the user's umask rather than the ranks' 077) made its directories with the umask's mode
+and its files 0644; the Kubernetes backend wrote manifests.yaml 0644 and made the attempt directory with the
+umask's mode (0755) before the event key went in.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nbtrain.events import EventKind, EventWriter
+from nbtrain.store import Store
+
+
+@pytest.fixture
+def umask022() -> Iterator[None]:
+    """The usual shared-host umask for the test (and every process it starts), restored afterwards."""
+    old = os.umask(0o022)
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
+def _wide(root: Path) -> list[str]:
+    """Every path under ``root`` (itself included) with a group or other permission bit, with its mode."""
+    found = []
+    for path in [root, *root.rglob("*")]:
+        mode = path.lstat().st_mode
+        if not stat.S_ISLNK(mode) and mode & 0o077:
+            found.append(f"{path.relative_to(root.parent)} {stat.filemode(mode)}")
+    return found
+
+
+def test_the_event_writer_makes_private_directories_and_files(tmp_path: Path, umask022: None) -> None:
+    store = Store(tmp_path / "home")
+    store.ensure_writable()
+    run_id = store.new_run_id("observer")
+    writer = EventWriter(store.attempt_dir(run_id, 0) / "events" / "observer.jsonl", "observer")
+    writer.emit(EventKind.NOTICE, message="the supervisor is gone")
+    writer.close()
+    assert (store.attempt_dir(run_id, 0) / "events" / "observer.jsonl").is_file()
+    assert _wide(store.root) == []
+
+
+@pytest.mark.slow
+def test_a_kubernetes_run_leaves_nothing_readable_by_others(umask022: None, home: Path, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("kubernetes", reason="the kubernetes client is not installed")
+    from kubefixtures import kubernetes_fixtures  # tests/support, put on sys.path by tests/conftest.py
+
+    from nbtrain.backends.kubernetes import KubernetesBackend
+    from nbtrain.bundle import capture_cell
+    from nbtrain.client import submit_bundle
+    from nbtrain.model import RunState
+    from nbtrain.spec import JobSpec
+
+    with kubernetes_fixtures().running_cluster(tmp_path, monkeypatch):
+        backend: Any = KubernetesBackend(Store(home))
+        bundle = capture_cell("print('hello', flush=True)\n{'secret': 'notebook data'}\n", {"__name__": "__main__"})
+        run = submit_bundle(bundle, JobSpec(name="private", backend="kubernetes"), store=backend.store,
+                            backend=backend)
+        assert run.wait(timeout=150, progress=False) is RunState.SUCCEEDED
+        assert run.result() == {"secret": "notebook data"}
+        attempt = home / "runs" / run.id / "attempts" / "0"
+        for expected in ("manifests.yaml", "event.key", "events/kubernetes.jsonl", "logs/rank-0.log"):
+            assert (attempt / expected).is_file(), expected
+        assert _wide(home) == []
