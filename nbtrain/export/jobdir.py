@@ -212,7 +212,7 @@ def write_job_dir(job: JobFiles, out: Path) -> Path:
             path = tmp / rel
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(data)
-        os.chmod(tmp, 0o755)
+        os.chmod(tmp, 0o777 & ~_umask(out.parent))  # mkdtemp made it 0700; a job directory is for sharing
         if out.exists():
             old = out.with_name(f".{out.name}.old-{os.getpid()}")
             os.rename(out, old)
@@ -224,6 +224,26 @@ def write_job_dir(job: JobFiles, out: Path) -> Path:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return out.resolve()
+
+
+def _umask(scratch: Path) -> int:
+    """This process's umask, read without setting it (``os.umask`` sets it: a race with threads creating files).
+
+    From ``/proc/self/status`` (Linux); elsewhere from the mode of a directory made with 0777 in ``scratch``.
+    """
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8) & 0o777
+    except (OSError, ValueError):
+        pass
+    probe = Path(tempfile.mkdtemp(prefix=".umask.", dir=scratch)) / "probe"
+    try:
+        probe.mkdir(mode=0o777)
+        return ~probe.stat().st_mode & 0o777
+    finally:
+        shutil.rmtree(probe.parent, ignore_errors=True)
 
 
 def load_job(directory: Path, *, accept_edits: bool = False) -> Job:

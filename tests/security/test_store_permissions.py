@@ -100,14 +100,22 @@ def test_the_kubernetes_mirror_writes_private_files(tmp_path: Path, umask022: No
     assert _wide(store.root) == []
 
 
-def test_an_exported_job_directory_keeps_the_users_umask(tmp_path: Path, umask022: None) -> None:
+@pytest.mark.parametrize(("umask", "directory", "file"), [(0o022, 0o755, 0o644), (0o077, 0o700, 0o600),
+                                                           (0o027, 0o750, 0o640)], ids=oct)
+def test_an_exported_job_directory_keeps_the_users_umask(tmp_path: Path, umask: int, directory: int,
+                                                         file: int) -> None:
+    """Before: the job directory itself was always made 0755, even under umask 077."""
     from nbtrain.export.jobdir import JobFiles, write_job_dir
 
-    out = write_job_dir(JobFiles(files={"train.py": b"print(1)\n", "k8s/job.yaml": b"kind: Job\n"}, digest="0" * 64),
-                        tmp_path / "job")
-    assert stat.S_IMODE(out.stat().st_mode) == 0o755
-    assert stat.S_IMODE((out / "train.py").stat().st_mode) == 0o644
-    assert stat.S_IMODE((out / "k8s").stat().st_mode) == 0o755
+    old = os.umask(umask)
+    try:
+        out = write_job_dir(JobFiles(files={"train.py": b"print(1)\n", "k8s/job.yaml": b"kind: Job\n"},
+                                     digest="0" * 64), tmp_path / "job")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(out.stat().st_mode) == directory
+    assert stat.S_IMODE((out / "train.py").stat().st_mode) == file
+    assert stat.S_IMODE((out / "k8s").stat().st_mode) == directory
 
 
 # A real 1x2 CPU gang that logs, emits metrics, checkpoints inside its run directory and returns a result.
