@@ -72,6 +72,12 @@ class Job:
     source: Mapping[str, Any] = field(default_factory=dict)
     edited: bool = False
 
+    @property
+    def profile(self) -> str | None:
+        """The profile the job's cell used (``"NAME VERSION"``, nbtrain.toml's ``[source] profile``), if any."""
+        value = self.source.get("profile")
+        return value.strip() if isinstance(value, str) and value.strip() else None
+
     def with_parameters(self, spec: JobSpec, overrides: Mapping[str, str]) -> JobSpec:
         """``spec`` with ``NBTRAIN_PARAMS`` in its env: nbtrain.toml's defaults, then ``overrides`` (NAME -> TEXT).
 
@@ -93,11 +99,13 @@ def build_job_files(
     computed: Sequence[str] = (),
     notes: Sequence[str] = (),
     manifests: Manifests | None = None,
+    profile: str | None = None,
 ) -> JobFiles:
     """Every file of the job directory for ``bundle`` run under ``spec`` (nothing is written).
 
     ``origin`` says where the job came from (for the README); ``computed`` lists values re-run on the
-    workers; ``manifests`` defaults to asking the kubernetes backend for every flavor.
+    workers; ``manifests`` defaults to asking the kubernetes backend for every flavor; ``profile`` is the profile
+    the cell used (``"NAME VERSION"``), recorded as ``[source] profile`` so ``nbtrain submit`` holds its locks again.
 
     A job directory is meant to be shared and versioned, so secret-looking ``--env`` entries
     (:func:`nbtrain.secrets.looks_secret`, even under ``--allow-secrets``) are left out of every file, with a note
@@ -122,6 +130,7 @@ def build_job_files(
         "cell": notebook.get("cell_id"),
         "bundle_digest": bundle.digest,
         "exported_by": bundle.manifest.get("created_by"),
+        "profile": profile,
     }
     files[TOML_NAME] = dump_job_toml(spec, list(parameters), source).encode()
 

@@ -18,7 +18,7 @@ from nbtrain.errors import CaptureError
 
 from .jobdir import build_job_files, write_job_dir
 from .manifests import Manifests
-from .notebook import job_spec_from_header, read_notebook
+from .notebook import job_of_header, read_notebook
 from .parameters import add_parameters, parameter_names
 from .static import ExportResult
 
@@ -87,7 +87,7 @@ def export_live(
             raise CaptureError(f"--cell {cell}: In[{cell}] is not a %%distributed cell; these are: {listing}.")
         count, flags, raw = chosen[0]
     label = f"In[{count}]"
-    spec = job_spec_from_header(flags, label)
+    spec, profile = job_of_header(flags, label)
     info = {k: str(v) for k, v in dict(notebook or {}).items() if v}
     bundle = capture_cell(
         transform(raw),
@@ -106,7 +106,8 @@ def export_live(
             f"not parameters (the cell does not use them as plain values): {', '.join(unknown)}"
         )
     origin = f"{label} of the kernel" + (f" running {Path(info['path']).name}" if info.get("path") else "")
-    files = build_job_files(bundle, spec, parameters=parameters, origin=origin, notes=notes, manifests=manifests)
+    files = build_job_files(bundle, spec, parameters=parameters, origin=origin, notes=notes, manifests=manifests,
+                            profile=profile)
     if out is None:
         path = info.get("path")
         out = Path(path).with_name(f"{Path(path).stem}-job") if path else Path(f"{spec.slug}-job")

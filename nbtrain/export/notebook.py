@@ -173,6 +173,11 @@ def job_spec_from_header(args: str, where: str) -> JobSpec:
     Notebook-only flags (``--out``, ``--block``, ``--dry-run``...) are accepted and have no effect.
     Raises :class:`SpecError` naming ``where`` (e.g. "cell 5") and the flag.
     """
+    return job_of_header(args, where)[0]
+
+
+def job_of_header(args: str, where: str) -> tuple[JobSpec, str | None]:
+    """:func:`job_spec_from_header` and the profile the line names (``"NAME VERSION"``, None without ``--profile``)."""
     import shlex
 
     from nbtrain import flags
@@ -182,7 +187,8 @@ def job_spec_from_header(args: str, where: str) -> JobSpec:
         parsed = parser.parse_args(shlex.split(args))
         from nbtrain.profiles.apply import resolve_args  # --profile NAME: its values are exported with the spec
 
-        return resolve_args(parsed).spec
+        resolved = resolve_args(parsed)
+        return resolved.spec, resolved.profile.label if resolved.profile is not None else None
     except (argparse.ArgumentError, SpecError, ValueError) as error:
         raise SpecError(f"{where}: %%distributed {args}: {error}") from None
     except SystemExit as error:  # argparse on an unknown flag

@@ -22,7 +22,7 @@ from .assemble import assemble_static
 from .index import Kind, index_cells
 from .jobdir import JobFiles, build_job_files, write_job_dir
 from .manifests import Manifests
-from .notebook import cells_of, choose_cell, job_spec_from_header, read_notebook, to_python
+from .notebook import cells_of, choose_cell, job_of_header, read_notebook, to_python
 from .parameters import add_parameters, parameter_names
 
 __all__ = ["ExportResult", "default_job_dir", "export_notebook", "notebook_job"]
@@ -82,8 +82,9 @@ def notebook_job(
     job_cell = cells[index]
     args, raw_body, offset = job_cell.split_header()
     notes = [note] if note else []
+    profile: str | None = None
     if job_cell.is_distributed:
-        spec = job_spec_from_header(args, job_cell.label)
+        spec, profile = job_of_header(args, job_cell.label)
     else:
         # a file name may hold a line break, which JobSpec refuses in a name: written as an escape (\n) instead
         spec = JobSpec(name=comment_text(Path(path).stem)[:100] if path else "run")
@@ -110,7 +111,8 @@ def notebook_job(
     computed = tuple(f"{b.name} (line {b.line} of {b.cell.label})" for b in closure.computed)
     origin = job_cell.label + (f" of {Path(path).name}" if path else "")
     files = build_job_files(
-        bundle, spec, parameters=parameters, origin=origin, computed=computed, notes=notes, manifests=manifests
+        bundle, spec, parameters=parameters, origin=origin, computed=computed, notes=notes, manifests=manifests,
+        profile=profile,
     )
     return ExportResult(files, spec, job_cell.label, None, computed)
 

@@ -8,7 +8,8 @@ table of options, :data:`nbtrain.flags.OPTIONS` (each option's ``toml`` key; doc
     [tracking]     enabled, experiment
     [kubernetes]   flavor, namespace, queue, ... ; [kubernetes.node_selector], [[kubernetes.tolerations]] ...
     [parameters.NAME]  type ("bool", "int", "float", "str", "literal"), default (absent for None)
-    [source]       where the job came from (informational: notebook, cell, bundle digest)
+    [source]       where the job came from (notebook, cell, bundle digest: informational) and the profile its
+                   cell used (profile = "NAME VERSION": `nbtrain submit` holds that profile's locks again)
 
 Every error names the file and the line: TOML syntax errors (tomllib's own position), unknown keys,
 values of the wrong type and values JobSpec refuses.

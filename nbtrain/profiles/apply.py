@@ -10,6 +10,7 @@ from pathlib import Path
 from nbtrain.flags.parse import default_spec
 from nbtrain.flags.table import OPTIONS
 from nbtrain.profiles.load import load_catalog
+from nbtrain.profiles.model import Profile
 from nbtrain.profiles.resolve import TOML, Resolved, check_locks, resolve
 from nbtrain.spec import JobSpec
 
@@ -18,7 +19,9 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
-__all__ = ["check_recorded_locks", "environment_sources", "job_sources", "resolve_args", "toml_sources"]
+__all__ = [
+    "check_recorded_locks", "environment_sources", "job_sources", "recorded_profile", "resolve_args", "toml_sources",
+]
 
 
 def environment_sources() -> dict[str, str]:
@@ -49,13 +52,49 @@ def resolve_args(args: argparse.Namespace, *, base: JobSpec | None = None,
     """The spec of parsed flags: ``base`` (default: the defaults and the environment's), the profile named by
     ``args.profile`` (looked up in every source, ``project_toml`` for the project's), then the typed flags.
 
-    Raises SpecError for an unknown profile (listing the known ones), a flag changing a locked value, bad values.
+    A job directory's nbtrain.toml (``project_toml``, with ``base`` its spec: ``nbtrain submit DIR``) may record the
+    profile its cell used (``[source] profile = "NAME VERSION"``). Without ``--profile`` that profile's *locks*
+    hold again (its other values stay as nbtrain.toml has them): the installed profile must be that version, and
+    neither nbtrain.toml nor a flag may differ from a locked value. ``--profile NAME`` submits under NAME instead.
+
+    Raises SpecError for an unknown profile (listing the known ones), a recorded profile not installed or of
+    another version (naming both), a flag or nbtrain.toml value changing a locked value, bad values.
     """
     name = getattr(args, "profile", None)
-    profile = load_catalog(project_toml).get(name) if name else None
+    catalog = load_catalog(project_toml)
+    profile = catalog.get(name) if name else None
     if base is None:
         base, base_sources = default_spec(), environment_sources()
+    recorded = recorded_profile(project_toml) if project_toml is not None and not name else None
+    if recorded and project_toml is not None:
+        return _with_recorded_locks(base, args, recorded, catalog.profiles, base_sources, project_toml)
     return resolve(base, args, profile, base_sources)
+
+
+def recorded_profile(path: Path) -> str | None:
+    """The profile a job directory's nbtrain.toml records (``"NAME VERSION"``, ``[source] profile``), if any."""
+    try:
+        source = tomllib.loads(path.read_text(encoding="utf-8")).get("source")
+    except (OSError, tomllib.TOMLDecodeError):
+        return None  # not a job directory's file (load_job reports a broken one)
+    value = source.get("profile") if isinstance(source, Mapping) else None
+    return value.strip() if isinstance(value, str) and value.strip() else None
+
+
+def _with_recorded_locks(base: JobSpec, args: argparse.Namespace, recorded: str, profiles: Mapping[str, Profile],
+                         base_sources: Mapping[str, str] | None, toml: Path) -> Resolved:
+    from nbtrain.errors import SpecError
+    from nbtrain.profiles.locks import installed_profile, lock_mismatches, locks_only
+
+    where = f"{toml} ([source] profile = {recorded!r})"
+    profile = installed_profile(recorded, profiles, where)
+    mismatches = lock_mismatches(profile, base)
+    if mismatches:
+        raise SpecError(f"{toml}: " + "; ".join(m.describe(profile) for m in mismatches)
+                        + f"; nothing was started. Put the locked value back in {toml.name} (or export the job "
+                        f"again); to change it ask {profile.who_to_ask()}.")
+    resolved = resolve(base, args, locks_only(profile), base_sources)
+    return Resolved(resolved.spec, resolved.sources, profile)
 
 
 def check_recorded_locks(recorded: str, before: JobSpec, after: JobSpec) -> None:
