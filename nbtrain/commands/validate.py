@@ -2,8 +2,8 @@
 
 Exit codes: 0 every rung passed or was skipped; 1 the job is broken (a rung failed because of its code or
 configuration); 4 the platform is broken (accelerate or torch missing, the gang could not start, an unwritable
-store). Not here yet: ``--profile NAME`` (checking a job directory against a profile's locks): an exported job
-does not name the profile its cell used.
+store). ``--profile NAME`` checks the job against a profile's locks in the config rung (a job exported from a
+``--profile`` cell is checked against that profile's without it, as ``nbtrain submit`` would).
 """
 
 from __future__ import annotations
@@ -29,6 +29,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS",
                    help="wall-clock limit of each run (default 300)")
     p.add_argument("--junit", default=None, metavar="PATH", help="write the outcome as JUnit XML to PATH")
+    p.add_argument("--profile", default=None, metavar="NAME",
+                   help="the config rung fails unless the job meets every option this profile locks "
+                        "(default: the profile the job was exported from, if any)")
     p.set_defaults(handler=_cmd_validate)
 
 
@@ -43,11 +46,16 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     if not (math.isfinite(args.timeout) and args.timeout > 0):  # nan > 0 and inf > 0: never a wall-clock limit
         raise SpecError(f"--timeout {args.timeout}: give a positive, finite number of seconds (e.g. 300).")
     directory = Path(args.directory)
+    profile = None
+    if args.profile:
+        from nbtrain.profiles.load import load_catalog
+
+        profile = load_catalog().get(args.profile)  # the installed ones (and ./nbtrain.toml's), not the job's own
 
     def show(outcome: object) -> None:
         print(render([outcome]), flush=True)  # type: ignore[list-item]
 
-    outcomes = validate_job(directory, Settings(args.steps, args.procs, args.timeout), report=show)
+    outcomes = validate_job(directory, Settings(args.steps, args.procs, args.timeout), report=show, profile=profile)
     code = exit_code(outcomes)
     if args.junit:
         path = Path(args.junit)

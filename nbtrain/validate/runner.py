@@ -13,11 +13,14 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nbtrain.errors import BackendError, EnvironmentProblem, NbtrainError, SpecError
 from nbtrain.spec import JobSpec
 from nbtrain.validate.ladder import LADDER, Blame, Outcome, Rung, blame_of_failure, skip_reason
+
+if TYPE_CHECKING:
+    from nbtrain.profiles.model import Profile
 
 __all__ = ["PLACEHOLDER_IMAGE", "Settings", "absolute_paths", "local_spec", "validate_job"]
 
@@ -44,6 +47,7 @@ class _State:
     distributed: Any = None  # the Run of the distributed rung (checkpoint and resume use it)
     checkpoint: dict[str, Any] = field(default_factory=dict)
     runs: list[str] = field(default_factory=list)
+    profile: Any = None  # the Profile of --profile NAME, whose locks the job must meet
 
 
 def local_spec(spec: JobSpec, procs: int, steps: int, timeout_s: float) -> JobSpec:
@@ -75,9 +79,15 @@ def absolute_paths(values: Mapping[str, str]) -> dict[str, str]:
     return found
 
 
-def validate_job(directory: Path, settings: Settings, *, report: Callable[[Outcome], None] | None = None) -> list[Outcome]:
-    """Run every rung of the ladder on the job directory ``directory``; ``report`` sees each outcome as it comes."""
-    state = _State(Path(directory), settings)
+def validate_job(directory: Path, settings: Settings, *, report: Callable[[Outcome], None] | None = None,
+                 profile: Profile | None = None) -> list[Outcome]:
+    """Run every rung of the ladder on the job directory ``directory``; ``report`` sees each outcome as it comes.
+
+    The config rung also checks the job against ``profile``'s locks (``--profile NAME``), else against those of
+    the profile the job records (``[source] profile``, as ``nbtrain submit`` would): a locked option the job
+    sets otherwise fails it, naming the option, the job's value and the locked one.
+    """
+    state = _State(Path(directory), settings, profile=profile)
     done: dict[Rung, Outcome] = {}
     for rung in LADDER:
         started = time.monotonic()
@@ -113,10 +123,38 @@ def _config(state: _State) -> Outcome:
     problems = unsupported_options(spec, spec.backend)
     if problems:
         return Outcome.failed(Rung.CONFIG, f"nbtrain.toml: {problems[0]}", Blame.JOB)
+    locks = _locks(state)
+    if isinstance(locks, Outcome):
+        return locks
     state.spec = spec
-    notes = [f"{spec.nodes} node(s) x {spec.procs_per_node} process(es) on {spec.backend}"]
+    notes = [f"{spec.nodes} node(s) x {spec.procs_per_node} process(es) on {spec.backend}", *locks]
     notes.append(_manifests(spec, state.job.bundle))
     return Outcome.passed(Rung.CONFIG, "; ".join(notes))
+
+
+def _locks(state: _State) -> Outcome | list[str]:
+    """The config rung's profile check: a failed Outcome, or the note saying which profile's locks the job meets."""
+    from nbtrain.profiles.load import load_catalog
+    from nbtrain.profiles.locks import installed_profile, lock_mismatches
+
+    profile, toml = state.profile, state.directory / "nbtrain.toml"
+    recorded = state.job.profile
+    if profile is None and recorded:
+        installed = load_catalog(toml).profiles
+        where = f"nbtrain.toml ([source] profile = {recorded!r})"
+        try:
+            profile = installed_profile(recorded, installed, where)
+        except SpecError as error:  # not installed here: the platform's kit is missing; another version: re-export
+            blame = Blame.PLATFORM if recorded.partition(" ")[0] not in installed else Blame.JOB
+            return Outcome.failed(Rung.CONFIG, str(error), blame)
+    if profile is None:
+        return []
+    mismatches = lock_mismatches(profile, state.job.spec)
+    if mismatches:
+        return Outcome.failed(Rung.CONFIG, "nbtrain.toml: " + "; ".join(m.describe(profile) for m in mismatches)
+                              + f" (ask {profile.who_to_ask()} to change a lock)", Blame.JOB)
+    locked = ", ".join(sorted(profile.locked)) or "none"
+    return [f"meets the locks of profile {profile.label} ({locked})"]
 
 
 def _manifests(spec: JobSpec, bundle: Any) -> str:
