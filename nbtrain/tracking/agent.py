@@ -28,10 +28,11 @@ import time
 from pathlib import Path
 from types import FrameType
 
+from nbtrain.secrets import redact_url
 from nbtrain.store import Store, write_json_atomic
 from nbtrain.tracking.ledger import Ledger
 from nbtrain.tracking.links import LEDGER_NAME
-from nbtrain.tracking.starter import AGENT_LOCK, AGENT_STATE, finalized, redact
+from nbtrain.tracking.starter import AGENT_LOCK, AGENT_STATE, finalized
 
 __all__ = ["main"]
 
@@ -74,15 +75,20 @@ class AgentLock:
 
 
 class _Log:
-    """Timestamped lines on stdout (the agent's log file), with the URI's credentials masked."""
+    """Timestamped lines on stdout (the agent's log file), credentials of every URL in them removed
+    (:func:`nbtrain.secrets.redact_url`: not only the tracking URI's, and in whatever form a message spells it)."""
 
-    def __init__(self, run_id: str, uri: str | None) -> None:
+    def __init__(self, run_id: str) -> None:
         self.run_id = run_id
-        self.uri = uri
 
     def __call__(self, message: str) -> None:
         stamp = time.strftime("%Y-%m-%d %H:%M:%S")
-        print(f"{stamp} tracking agent {os.getpid()} of {self.run_id}: {redact(message, self.uri)}", flush=True)
+        print(f"{stamp} tracking agent {os.getpid()} of {self.run_id}: {redact_url(message)}", flush=True)
+
+
+def write_state(path: Path, error: str | None) -> None:
+    """The agent's state file: its last error (credentials of every URL removed), its pid, when it was written."""
+    write_json_atomic(path, {"error": redact_url(error) if error else None, "pid": os.getpid(), "updated": time.time()})
 
 
 def _stop(signum: int, frame: FrameType | None) -> None:
@@ -105,8 +111,7 @@ def follow(store: Store, run_id: str, *, tracking_uri: str | None, experiment: s
             reported[0] = error
             if error:
                 log(error)
-            write_json_atomic(state_path, {"error": redact(error, tracking_uri) if error else None,
-                                           "pid": os.getpid(), "updated": time.time()})
+            write_state(state_path, error)
 
     while True:
         record = store.load(run_id)
@@ -201,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     os.umask(0o077)
     store = Store(args.store) if args.store else Store()
     uri = os.environ.get("MLFLOW_TRACKING_URI") or None  # set by the starter: the launching process's choice
-    log = _Log(args.run_id, uri)
+    log = _Log(args.run_id)
     run_dir = store.run_dir(args.run_id)
     if not (run_dir / "record.json").is_file():
         log(f"no run {args.run_id} in {store.root}")

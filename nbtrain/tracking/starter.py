@@ -32,7 +32,6 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from nbtrain.runtime.watchdog import start_time
 from nbtrain.spec import tracking_default
@@ -50,7 +49,6 @@ __all__ = [
     "ensure_agent",
     "finalized",
     "needs_agent",
-    "redact",
     "resolve_tracking_uri",
     "wait_finalized",
 ]
@@ -109,23 +107,6 @@ def resolve_tracking_uri(env: Mapping[str, str] | None = None, cwd: str | None =
     if _has_mlruns_data(cwd):
         return "file://" + os.path.join(cwd, "mlruns")
     return "sqlite:///" + os.path.join(cwd, "mlflow.db")
-
-
-def redact(text: str, uri: str | None) -> str:
-    """``text`` with ``uri``'s credentials (``user:password@``, the query, the fragment) replaced by ``***``."""
-    if not uri:
-        return text
-    try:
-        parts = urlsplit(uri)
-    except ValueError:
-        return text
-    safe = uri
-    if "@" in parts.netloc:
-        safe = safe.replace(parts.netloc, "***@" + parts.netloc.rsplit("@", 1)[1], 1)
-    for sep in ("?", "#"):
-        if sep in safe:
-            safe = safe.split(sep, 1)[0] + sep + "***"
-    return text.replace(uri, safe) if safe != uri else text
 
 
 def _latest_attempt(record: RunRecord) -> int:
