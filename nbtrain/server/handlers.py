@@ -10,6 +10,8 @@ POST /nbtrain/runs/<id>/resume            relaunch from the latest checkpoint   
 POST /nbtrain/export                      {"path": "nb.ipynb", "out": "dir", "cell": N | "tag": T} -> job directory
                                                                                                  write
 GET  /nbtrain/stats                       adoption figures (?since=30d&format=json|prometheus)     read
+GET  /nbtrain/profiles                    the profiles --profile can name, broken ones as "unreadable"
+                                          (?path=nb.ipynb: with the nbtrain.toml beside it)      read
 GET  /nbtrain/events                      server-sent events: {"runs": [...]} whenever a run's summary changes
                                                                                                  read
 
@@ -39,6 +41,7 @@ from nbtrain.model import LogPage
 from nbtrain.server.base import AUTH_RESOURCE, BadRequest, BaseHandler, dumps
 from nbtrain.server.exporting import export_request, run_export
 from nbtrain.server.feed import SummaryFeed
+from nbtrain.server.profiles import ProfilesHandler
 from nbtrain.server.runs import run_detail, run_summary
 from nbtrain.server.stats import StatsHandler
 
@@ -314,6 +317,7 @@ def handlers() -> list[tuple[str, type]]:
         (rf"{prefix}/export", ExportHandler),
         (rf"{prefix}/events", EventsHandler),
         (rf"{prefix}/stats", StatsHandler),
+        (rf"{prefix}/profiles", ProfilesHandler),
         (rf"{prefix}(?:/.*)?", NotFoundHandler),
     ]
 

@@ -1,8 +1,9 @@
 """Malformed input to every REST route of a real server: never a 500, always a JSON answer.
 
 Hypothesis (bounded: 150 examples per group, no deadline, no example database) sends odd path ids and ranks,
-query parameters that are not numbers or are huge, and bodies that are not JSON, not objects, or objects with
-fields of every type, from a thread, to a real jupyter server with the nbtrain extension over a real socket.
+query parameters that are not numbers or are huge (``/nbtrain/profiles``' ``path`` too), and bodies that are not
+JSON, not objects, or objects with fields of every type, from a thread, to a real jupyter server with the nbtrain
+extension over a real socket.
 """
 
 from __future__ import annotations
@@ -129,8 +130,19 @@ def _fuzz(client: Client) -> None:
     def export(body: bytes) -> None:
         client.request("POST", "export", body)
 
+    @settings(FUZZ, max_examples=40)  # each answer loads the whole catalog of profiles
+    @given(path=st.one_of(st.none(), st.text(max_size=30), st.sampled_from(
+        ["nb.ipynb", "../nb.ipynb", "/etc/passwd", ".", "..", "a" * 5000, "\x00", "nb.ipynb/../..", "~/x"])))
+    def profiles(path: str | None) -> None:
+        status, answer = client.request("GET", "profiles" + _query({"path": path}))
+        if status == 200:
+            assert isinstance(answer["profiles"], list) and isinstance(answer["unreadable"], list)
+        else:
+            assert status == 400, (path, status, answer)
+
     routes()
     export()
+    profiles()
 
 
 async def test_every_route_answers_malformed_input_with_json_and_never_a_500(
