@@ -79,7 +79,9 @@ def test_redact_url_strips_user_info_and_secret_query_values() -> None:
     assert redact_url("no url here: user:pw@host") == "no url here: user:pw@host"
 
 
-@pytest.mark.parametrize("backend", ["local", "kubernetes"])
+# Slurm needs no cluster here: Backend.plan refuses the --env entry before the backend's own plan asks Slurm
+# anything (that would fail with EnvironmentProblem, not this SpecError, on a machine without Slurm).
+@pytest.mark.parametrize("backend", ["local", "kubernetes", "slurm"])
 @pytest.mark.parametrize(("name", "value"), [("HF_TOKEN", HF), ("STRIPE_KEY", "abcdefgh1234"), ("DATABASE_URL", PG)])
 def test_secret_env_is_refused_on_every_backend_before_anything_starts(
     home: Path, monkeypatch: pytest.MonkeyPatch, backend: str, name: str, value: str
@@ -94,6 +96,8 @@ def test_secret_env_is_refused_on_every_backend_before_anything_starts(
     assert f"--env {name}=" in message and value not in message and "--allow-secrets" in message
     if backend == "kubernetes":
         assert f"--secret-env {name}=SECRET/KEY" in message
+    elif backend == "slurm":  # sbatch --export=ALL: the ranks inherit the submitting kernel's environment
+        assert "inherit from the kernel" in message and "inside the cell" in message
     else:
         assert "kernel's environment" in message and "inside the cell" in message
     assert Store(home).ids() == []  # nothing recorded, nothing started
