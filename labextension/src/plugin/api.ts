@@ -9,6 +9,8 @@
 import { URLExt } from "@jupyterlab/coreutils";
 import { ServerConnection } from "@jupyterlab/services";
 
+import type { ProfileCatalog } from "./profiles";
+import { parseProfiles } from "./profiles";
 import type { ExportResult, RunSummary } from "./wire";
 import { parseErrorBody, parseExportResult, parseRunList, parseRunSummary } from "./wire";
 
@@ -28,13 +30,15 @@ export function apiUrl(settings: ServerConnection.ISettings, ...parts: string[])
   return URLExt.join(settings.baseUrl, "nbtrain", ...parts.map(encodeURIComponent));
 }
 
-/** One request to `/nbtrain/<parts>`; resolves to the parsed JSON body, rejects with `ApiError`. */
+/** One request to `/nbtrain/<parts>?<query>`; resolves to the parsed JSON body, rejects with `ApiError`. */
 export async function requestAPI(
   settings: ServerConnection.ISettings,
   parts: string[],
   init: RequestInit = {},
+  query: Readonly<Record<string, string>> = {},
 ): Promise<unknown> {
-  const response = await ServerConnection.makeRequest(apiUrl(settings, ...parts), init, settings);
+  const url = apiUrl(settings, ...parts) + URLExt.objectToQueryString(query);
+  const response = await ServerConnection.makeRequest(url, init, settings);
   const text = await response.text();
   let body: unknown = null;
   try {
@@ -87,6 +91,11 @@ export class NbtrainAPI {
   /** The adoption figures of `GET /nbtrain/stats` (the last 30 days; parsed by `statsLines`). */
   async stats(): Promise<unknown> {
     return requestAPI(this.settings, ["stats"]);
+  }
+
+  /** The profiles `--profile` can name (`GET /nbtrain/profiles`), with the nbtrain.toml beside the notebook `path`. */
+  async profiles(path?: string): Promise<ProfileCatalog> {
+    return parseProfiles(await requestAPI(this.settings, ["profiles"], {}, path !== undefined ? { path } : {}));
   }
 
   /** The open server-sent events response of `/nbtrain/events` (the caller reads and closes it). */

@@ -10,10 +10,11 @@ import { NotebookActions } from "@jupyterlab/notebook";
 import type { ReadonlyPartialJSONObject } from "@lumino/coreutils";
 
 import { CommandIDs } from "./commands-ids";
+import type { DistributedChoice } from "./dialogs";
 import { DistributedForm, RunPicker } from "./dialogs";
 import { exportJobIcon, runDistributedIcon } from "./icons";
-import type { DistributedOptions } from "./magic-line";
-import { loadsExtension, readOptions, withMagicLine } from "./magic-line";
+import { loadsExtension, readLine, withMagicLine } from "./magic-line";
+import type { ProfileCatalog } from "./profiles";
 import { openMonitor } from "./monitor";
 import type { RunsModel } from "./runs-model";
 import type { RunSummary } from "./wire";
@@ -77,9 +78,13 @@ async function runCellDistributed(context: CommandContext, panel: NotebookPanel)
   if (model === null) return;
   const sources = Array.from(model.cells, (c) => c.sharedModel.getSource());
   const addsLoadExt = !loadsExtension(sources);
-  const result = await showDialog<DistributedOptions>({
+  // the profiles the kernel's magic can name (with the nbtrain.toml beside the notebook); without them, the form
+  // still works and says why there are none
+  const catalog: ProfileCatalog | string = await context.model.api.profiles(panel.context.path)
+    .catch((error: unknown) => message(error));
+  const result = await showDialog<DistributedChoice>({
     title: "Run cell distributed",
-    body: new DistributedForm(readOptions(cell.model.sharedModel.getSource()), addsLoadExt),
+    body: new DistributedForm(readLine(cell.model.sharedModel.getSource()), addsLoadExt, catalog),
     buttons: [
       Dialog.cancelButton(),
       Dialog.okButton({ label: "Insert line", caption: "Write the line, do not run", actions: [INSERT_ONLY] }),
@@ -90,7 +95,8 @@ async function runCellDistributed(context: CommandContext, panel: NotebookPanel)
   });
   if (!result.button.accept || result.value === null || cell.isDisposed) return;
 
-  cell.model.sharedModel.setSource(withMagicLine(cell.model.sharedModel.getSource(), result.value));
+  const { options, preset } = result.value;
+  cell.model.sharedModel.setSource(withMagicLine(cell.model.sharedModel.getSource(), options, preset));
   let index = notebook.widgets.indexOf(cell);
   if (addsLoadExt && index >= 0) {
     model.sharedModel.insertCell(index, { cell_type: "code", source: "%load_ext nbtrain", metadata: {} });
