@@ -611,7 +611,11 @@ class FakeCluster:
                                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
         except OSError as error:
             # restartPolicy Never: a container that cannot start fails the pod (StartError, exit 128), as a kubelet
-            # does; it never waits forever.
+            # does; it never waits forever. The container was created, so its log exists and is empty (a kubelet
+            # serves it, 200 with no lines: `kubectl logs` shows nothing), rather than "waiting to start" forever.
+            with runtime.cond:
+                runtime.started = runtime.done = True
+                runtime.cond.notify_all()
             self._pod_update(ns, name, functools.partial(_start_error, message=str(error)))
             self._wake.set()
             return

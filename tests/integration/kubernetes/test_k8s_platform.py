@@ -173,3 +173,31 @@ def test_a_queue_that_does_not_exist_is_refused_before_anything_is_submitted(
     assert "no Kueue LocalQueue 'team-a' in namespace 'nbtrain-test'" in text and "LocalQueues there: team-b" in text
     assert "drop --queue" in text
     assert cluster.store.items("jobs.batch", NAMESPACE) == [] and cluster.store.items("configmaps", NAMESPACE) == []
+
+
+def test_a_container_that_cannot_start_fails_the_run_naming_the_pod_and_the_start_error(
+    cluster: FakeCluster, home: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # the image has no interpreter where NBTRAIN_K8S_PYTHON says: the runtime cannot exec the container's command,
+    # and with restartPolicy Never the kubelet fails the pod (StartError, exit code 128) instead of retrying
+    from nbtrain.backends.kubernetes import KubernetesBackend
+
+    monkeypatch.setenv("NBTRAIN_K8S_PYTHON", "/opt/no-such-python/bin/python3")
+    backend = KubernetesBackend(Store(home))
+    bundle = capture_cell("6 * 7\n", {"__name__": "__main__"})
+    started = time.monotonic()
+    run = submit_bundle(bundle, JobSpec(name="nostart", nodes=2, backend="kubernetes", device="cpu"),
+                        store=backend.store, backend=backend)
+    with pytest.raises(RunFailedError) as caught:
+        run.wait(timeout=60, progress=False)
+    took = time.monotonic() - started
+    assert took < 15, f"the run took {took:.0f} s to fail: a pod that cannot start fails it at once (its log is empty)"
+    failure = caught.value.failure
+    assert failure is not None, str(caught.value)
+    job = backend._target(run.handle).name
+    assert f"pod {job}-" in failure.reason, f"the verdict names no pod of Job {job}: {failure.reason}"
+    assert failure.rank in (0, 1), failure
+    assert "StartError" in failure.reason and "128" in failure.reason, failure.reason
+    pods = cluster.store.items("pods", NAMESPACE)
+    assert not [p for p in pods if p["status"]["phase"] in ("Pending", "Running")], "a pod of the failed run still runs"
+    assert not [uid for uid, rt in cluster.runtimes.items() if rt.process is not None and rt.process.poll() is None]
