@@ -5,11 +5,12 @@ A backend joins the suite by declaring one fixture with ``@contract_backend("nam
 For Slurm, e.g.::
 
     class SlurmUnderTest(BackendUnderTest):
-        name = "slurm"
-        refused = {...}                      # options it refuses, each with a non-default value
+        name = "slurm"                       # what it refuses comes from the options table (nbtrain.flags)
         gang_outlives_controller = True      # slurmctld owns the gang, not this process
         def kill_controller(self, run): ...  # what "the process following the run died" means there
-        def footprint(self): ...             # jobs it submitted (squeue), described
+        def footprint(self): ...             # jobs it submitted (scontrol), described
+        def leftovers(self): ...             # jobs still queued or running (squeue), described
+        def refusing_submits(self): ...      # sbatch refuses inside (an inactive partition)
         def on_store(self, store): ...
 
     @contract_backend("slurm")
@@ -21,19 +22,20 @@ processes behind). Every test here is marked ``slow``.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import signal
 import sys
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from helpers import SUPERVISOR_MARKER, BackendUnderTest, pids_with_env
+from helpers import SUPERVISOR_MARKER, BackendUnderTest, pids_with_env, run_processes
 from kubefixtures import kubernetes_fixtures  # tests/support, put on sys.path by tests/conftest.py
 
 from nbtrain.client import Run
@@ -76,8 +78,6 @@ class LocalUnderTest(BackendUnderTest):
     """Local processes under a detached supervisor per attempt: the supervisor controls the gang."""
 
     name = "local"
-    refused: ClassVar[Mapping[str, Any]] = {"namespace": "x", "queue": "q", "image": "img:1",
-                                            "shm_size": "1Gi", "priority_class": "high"}
     gang_outlives_controller = False
 
     def kill_controller(self, run: Run) -> None:
@@ -96,6 +96,11 @@ class LocalUnderTest(BackendUnderTest):
         """Supervisors started for this store."""
         mine = {pid for pid in pids_with_env("NBTRAIN_HOME", {str(self.store.root)})}
         return [f"supervisor pid {pid}" for pid in pids_with_env(SUPERVISOR_MARKER) if pid in mine]
+
+    def leftovers(self) -> list[str]:
+        """Supervisors of this store, and processes of its runs' gangs."""
+        gang = [f"run {run_id} pid {pid}" for run_id in self.store.ids() for pid in run_processes(run_id)]
+        return sorted(set(self.footprint()) | set(gang))
 
     def on_store(self, store: Store) -> LocalUnderTest:
         from nbtrain.backends.local import LocalBackend
@@ -123,7 +128,6 @@ class KubernetesUnderTest(BackendUnderTest):
     """
 
     name = "kubernetes"
-    refused: ClassVar[Mapping[str, Any]] = {"warm": True, "oversubscribe": True}
     gang_outlives_controller = True
 
     def __init__(self, store: Store, backend: Any, cluster: Any) -> None:
@@ -140,9 +144,21 @@ class KubernetesUnderTest(BackendUnderTest):
         """Write requests the fake API server received, and the objects it holds."""
         writes = [f"{verb} {resource}" for verb, _, resource, _ in self.cluster.server.requests
                   if verb in ("create", "update", "patch", "delete")]
-        held = [f"{kind} {obj['metadata']['name']}" for kind in ("jobs.batch", "configmaps", "services", "pods")
-                for obj in self.cluster.store.items(kind)]
-        return writes + held
+        return writes + self.leftovers()
+
+    def leftovers(self) -> list[str]:
+        """The objects of runs the fake API server still holds (the claim every job mounts is the cluster's own)."""
+        return [f"{kind} {obj['metadata']['name']}" for kind in RUN_KINDS for obj in self.cluster.store.items(kind)]
+
+    @contextlib.contextmanager
+    def refusing_submits(self) -> Iterator[str]:
+        """The API server forbids creating ConfigMaps: the workload is created, its ConfigMap refused (403)."""
+        denied = ("create", "configmaps")
+        self.cluster.server.deny(*denied)
+        try:
+            yield "forbidden"
+        finally:
+            self.cluster.server.denied.discard(denied)
 
     def on_store(self, store: Store) -> KubernetesUnderTest:
         from nbtrain.backends.kubernetes import KubernetesBackend
@@ -151,6 +167,9 @@ class KubernetesUnderTest(BackendUnderTest):
 
 
 _kubernetes_fixtures = kubernetes_fixtures
+# what a run creates on a cluster (every flavor's workload, and what it owns)
+RUN_KINDS = ("jobs.batch", "pytorchjobs.kubeflow.org", "jobsets.jobset.x-k8s.io", "configmaps", "services", "secrets",
+             "pods")
 CONTRACT_CLAIM = "nbtrain-contract"
 CONTRACT_MOUNT = "/data"
 
@@ -179,9 +198,11 @@ class SlurmUnderTest(BackendUnderTest):
     """Batch jobs on a real 2-node Slurm cluster of this machine; the nbtrain supervisor runs inside each job."""
 
     name = "slurm"
-    refused: ClassVar[Mapping[str, Any]] = {"image": "img:1", "namespace": "x", "oversubscribe": True, "warm": True,
-                                            "shm_size": "1Gi", "priority_class": "high"}
     gang_outlives_controller = False  # the supervisor is the batch script: Slurm ends the job when it dies
+
+    def __init__(self, store: Store, backend: Any, cluster: Any) -> None:
+        super().__init__(store, backend)
+        self.cluster = cluster
 
     def kill_controller(self, run: Run) -> None:
         """SIGKILL the supervisor (the batch script's process) of the run's latest attempt."""
@@ -196,10 +217,30 @@ class SlurmUnderTest(BackendUnderTest):
 
         return [f"slurm job {job_id} {job.state}" for job_id, job in cli.jobs(fresh=True).items()]
 
+    def leftovers(self) -> list[str]:
+        """Jobs squeue still shows (pending, running, completing), read with squeue itself."""
+        done = self.cluster.client("squeue", "--noheader", "--format=%i %T %j")
+        assert done.returncode == 0, f"squeue failed: {done.stderr}"
+        return [f"slurm job {line.strip()}" for line in done.stdout.splitlines() if line.strip()]
+
+    @contextlib.contextmanager
+    def refusing_submits(self) -> Iterator[str]:
+        """Every partition that is up turns inactive: sbatch refuses the job ("Required partition not available")."""
+        shown = self.cluster.client("sinfo", "--noheader", "--format=%R %a").stdout.splitlines()
+        partitions = [line.split()[0] for line in shown if line.split()[1:] == ["up"]]
+        assert partitions, f"no partition is up: {shown}"
+        for partition in partitions:
+            self.cluster.client("scontrol", "update", f"PartitionName={partition}", "State=INACTIVE")
+        try:
+            yield "partition"
+        finally:
+            for partition in partitions:
+                self.cluster.client("scontrol", "update", f"PartitionName={partition}", "State=UP")
+
     def on_store(self, store: Store) -> SlurmUnderTest:
         from nbtrain.backends.slurm import SlurmBackend
 
-        return SlurmUnderTest(store, SlurmBackend(store))
+        return SlurmUnderTest(store, SlurmBackend(store), self.cluster)
 
 
 def _slurm_cluster_module() -> Any:
@@ -219,9 +260,9 @@ def slurm_under_test(home: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Sl
     """The Slurm backend on a real 2-node cluster (skipped, with the install command, when Slurm is missing)."""
     from nbtrain.backends.slurm import SlurmBackend
 
-    with _slurm_cluster_module().test_cluster(monkeypatch):
+    with _slurm_cluster_module().test_cluster(monkeypatch) as cluster:
         store = Store(home)
-        subject = SlurmUnderTest(store, SlurmBackend(store))
+        subject = SlurmUnderTest(store, SlurmBackend(store), cluster)
         try:
             yield subject
         finally:

@@ -7,24 +7,28 @@ sys.path.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any, ClassVar, TypeVar
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any, TypeVar
 
+import pytest
 from procs import pids_with_env
 
 from nbtrain.backends.base import RunHandle
 from nbtrain.bundle import capture_cell
 from nbtrain.client import Run, attach, submit_bundle
+from nbtrain.errors import SpecError
+from nbtrain.flags import OPTIONS, Option, unsupported_options
 from nbtrain.model import LogLine
-from nbtrain.spec import JobSpec
+from nbtrain.spec import STRATEGY_OPTIONS, JobSpec
 from nbtrain.store import Store
 
-__all__ = ["BackendUnderTest", "LineCollector", "drain", "kill_pids", "pids_with_env", "run_processes", "settle",
-           "wait_for", "wait_for_line"]
+__all__ = ["BackendUnderTest", "LineCollector", "drain", "kill_pids", "non_default_values", "pids_with_env",
+           "run_processes", "settle", "wait_for", "wait_for_line"]
 
 T = TypeVar("T")
 
@@ -90,6 +94,59 @@ def drain(items: Iterable[T], timeout: float, what: str) -> list[T]:
     return out
 
 
+# -- options ----------------------------------------------------------------------------------------
+# Values JobSpec accepts for every option of a kind, tried in order (ints and floats come from the option's limits).
+_TEXT_VALUES: Mapping[str, tuple[Any, ...]] = {
+    "str": ("1",),  # "1" is a name, an image, a path, a quantity and a Slurm time limit (minutes) alike
+    "pairs": ({"x": "s/k"},),  # an environment name, a label, an sbatch option; the value a SECRET/KEY reference
+    "tolerations": (({"key": "k", "effect": "NoSchedule"},),),
+    "list": (("x:/mnt",),),  # a CLAIM:/PATH volume and a Secret name alike
+}
+
+
+def _candidates(option: Option) -> list[Any]:
+    """Values of ``option`` other than its default, most ordinary first."""
+    default = getattr(option.default, "value", option.default)
+    if option.kind == "switch":
+        values: list[Any] = [not default]
+    elif option.kind == "choice":
+        values = list(option.choices)
+    elif option.kind == "int":
+        low, high = option.limits or (0, 1_000)
+        start = default if isinstance(default, int) else low
+        values = [v for v in (start + 1, start - 1, low, high) if low <= v <= high]
+    elif option.kind == "float":
+        above, highest = option.number_limits or (0.0, 3600.0)
+        values = [v for v in (60.0, float(highest)) if above < v <= highest]
+    else:
+        values = list(_TEXT_VALUES.get(option.kind, ()))
+    return [v for v in values if v != default]
+
+
+def non_default_values(base: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """For every option of the table that sets a JobSpec field: overrides of ``base`` (JobSpec keyword arguments)
+    that give it a non-default value JobSpec accepts, with what that value needs (``--strategy fsdp`` for
+    ``--fsdp-version``). AssertionError naming the option when no value of its kind is valid: teach
+    ``_candidates`` the new kind or rule."""
+    found: dict[str, dict[str, Any]] = {}
+    for option in OPTIONS:
+        if option.field is None:
+            continue
+        needs = {"strategy": STRATEGY_OPTIONS[option.field][1]} if option.field in STRATEGY_OPTIONS else {}
+        for value in _candidates(option):
+            overrides = {**needs, option.field: value}
+            try:
+                JobSpec(**{**base, **overrides})
+            except SpecError:
+                continue
+            found[option.field] = overrides
+            break
+        else:
+            raise AssertionError(f"no non-default value of {option.flag} ({option.kind}) that JobSpec accepts among "
+                                 f"{_candidates(option)!r}: add one to tests/contract/helpers.py")
+    return found
+
+
 # -- output -------------------------------------------------------------------------------------------
 class LineCollector:
     """Every log line a cursor delivers, in delivery order."""
@@ -125,13 +182,13 @@ class BackendUnderTest:
     """One backend as the contract suite drives it: submit, attach, its processes, its controller.
 
     A backend joins the suite with one fixture (see conftest.py) that returns a subclass of this. Subclasses
-    set the class attributes and implement :meth:`kill_controller`, :meth:`footprint` and :meth:`on_store`.
+    set the class attributes and implement :meth:`kill_controller`, :meth:`footprint`, :meth:`leftovers` and
+    :meth:`on_store`, and :meth:`refusing_submits` where the backend's submit can be made to fail for a real reason.
+    What a backend refuses is not declared here: :attr:`refused` reads it from the options table.
     """
 
     #: the backend's name (``JobSpec.backend``)
     name: str = ""
-    #: options this backend refuses, each with a non-default value (``JobSpec`` field -> value)
-    refused: ClassVar[Mapping[str, Any]] = {}
     #: True when the gang goes on without the process that follows it (that process only watches)
     gang_outlives_controller: bool = False
 
@@ -143,6 +200,20 @@ class BackendUnderTest:
 
     def __repr__(self) -> str:
         return f"<{self.name} backend under test on {self.store.root}>"
+
+    @property
+    def refused(self) -> dict[str, dict[str, Any]]:
+        """Every option the options table says this backend does not honour (with this backend's spec defaults):
+        ``JobSpec`` field -> overrides that set it to a valid non-default value.
+
+        Read through :func:`nbtrain.flags.unsupported_options` (the table's own rule), so an option that a backend
+        stops honouring, or a new option, is in the refusal test without an edit here.
+        """
+        assert not unsupported_options(self.spec(), self.name), (
+            f"the {self.name} backend refuses its own spec defaults {self.spec_defaults}: "
+            f"{unsupported_options(self.spec(), self.name)}")
+        return {field: overrides for field, overrides in non_default_values(self.spec_defaults).items()
+                if unsupported_options(self.spec(**overrides), self.name)}
 
     def spec(self, **overrides: Any) -> JobSpec:
         """A JobSpec for this backend: CPU ranks, this backend's defaults, then ``overrides``."""
@@ -181,6 +252,18 @@ class BackendUnderTest:
     def footprint(self) -> list[str]:
         """What this backend started or created outside the run store (processes, API objects), described."""
         raise NotImplementedError
+
+    def leftovers(self) -> list[str]:
+        """What of this backend still runs or is held for this store's runs (processes, jobs, API objects),
+        described: empty once every run is terminal and cleaned up."""
+        raise NotImplementedError
+
+    @contextlib.contextmanager
+    def refusing_submits(self) -> Iterator[str]:
+        """Inside: the backend's ``submit`` fails for a real reason (the cluster refuses), before any gang starts;
+        yields words the error names. Skips the test where there is no such reason to give."""
+        pytest.skip(f"the {self.name} backend's submit cannot be made to fail for a real reason here")
+        yield ""
 
     def on_store(self, store: Store) -> BackendUnderTest:
         """The same backend, on another run store."""

@@ -77,6 +77,8 @@ for _ in range(600):
 
 
 def test_cancel_ends_a_running_gang_and_every_process(under_test: BackendUnderTest) -> None:
+    """Cancel ends the gang's processes and everything the backend made for the run: supervisors (local), the
+    workload and what it owns (Kubernetes), the batch job (Slurm)."""
     run = under_test.submit(SLEEP_CELL, name="cancelled", procs_per_node=2)
     wait_for_line(under_test, run.id, "ready", timeout=60)
     assert under_test.processes(run.id), "the gang printed 'ready' but no process of it is visible"
@@ -84,3 +86,5 @@ def test_cancel_ends_a_running_gang_and_every_process(under_test: BackendUnderTe
     assert run.status() is RunState.CANCELLED
     left = settle(lambda: under_test.processes(run.id), 5)
     assert not left, f"cancel() returned (run {run.id} CANCELLED) but processes {left} still run after 5 s"
+    held = settle(under_test.leftovers, 10)
+    assert not held, f"cancel() returned (run {run.id} CANCELLED) but {under_test.name} still holds {held} after 10 s"
