@@ -76,8 +76,13 @@ def next_attempt(record: RunRecord, seen: int) -> int:
 def start_attempt(store: Store, backend: Backend, record: RunRecord, plan: Plan, *, kind: str) -> RunHandle:
     """Record and submit a new attempt of an existing run; returns the handle the run keeps from now on.
 
-    If the backend refuses, the record is restored as it was (the attempt never existed).
+    If the backend refuses, the record is restored as it was and the attempt's directory, which a backend writes
+    into before it submits (Slurm's batch script, Kubernetes' event key), is removed again: the attempt never existed
+    (a backend that reads attempts from the store would otherwise see an attempt with no job, and the next resume
+    would skip its number).
     """
+    attempt_dir = store.attempt_dir(record.run_id, plan.attempt)
+    existed = attempt_dir.exists()
     before = copy.deepcopy(record.__dict__)
     record.attempts.append({"attempt": plan.attempt, "submitted": time.time(), "kind": kind,
                             "bundle_digest": plan.bundle_digest})
@@ -89,6 +94,8 @@ def start_attempt(store: Store, backend: Backend, record: RunRecord, plan: Plan,
     try:
         handle = backend.submit(plan)
     except BaseException:
+        if not existed:
+            shutil.rmtree(attempt_dir, ignore_errors=True)
         record.__dict__.update(before)
         store.save(record)
         raise
