@@ -1,9 +1,9 @@
 """Malformed input to every REST route of a real server: never a 500, always a JSON answer.
 
 Hypothesis (bounded: 150 examples per group, no deadline, no example database) sends odd path ids and ranks,
-query parameters that are not numbers or are huge (``/nbtrain/profiles``' ``path`` too), and bodies that are not
-JSON, not objects, or objects with fields of every type, from a thread, to a real jupyter server with the nbtrain
-extension over a real socket.
+query parameters that are not numbers or are huge (``/nbtrain/stats``' ``since`` and ``format`` too, and
+``/nbtrain/profiles``' ``path``), and bodies that are not JSON, not objects, or objects with fields of every type,
+from a thread, to a real jupyter server with the nbtrain extension over a real socket.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from urllib.parse import quote, urlencode
 
 import nbformat
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from nbformat.v4 import new_code_cell, new_notebook
 
@@ -59,7 +59,8 @@ class Client:
     def __init__(self, port: int, base_url: str, token: str) -> None:
         self.port, self.base, self.token = port, base_url.rstrip("/") + "/nbtrain/", token
 
-    def request(self, method: str, path: str, body: bytes | None = None) -> tuple[int, Any]:
+    def request(self, method: str, path: str, body: bytes | None = None, *, text_ok: bool = False) -> tuple[int, Any]:
+        """The status and the parsed JSON answer; with ``text_ok``, a 200 may be text/plain (returned as str)."""
         connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
         try:
             connection.request(method, self.base + path, body=body,
@@ -69,6 +70,8 @@ class Client:
         finally:
             connection.close()
         assert status < 500, f"{method} {path} {body!r:.200} -> {status} {data[:300]!r}"
+        if text_ok and status == 200 and kind.startswith("text/plain"):
+            return status, data.decode("utf-8")
         assert kind.startswith("application/json"), f"{method} {path} -> {status} {kind} {data[:200]!r}"
         answer = json.loads(data, parse_constant=_strict)
         if status >= 400:
@@ -80,6 +83,11 @@ ids = st.one_of(st.just(RUN), st.just(RUN[:4]), st.text(max_size=24), st.sampled
     ["..", "%2e%2e", "../../etc", "UPPER-1", "a" * 300, "-x", "nope-000000", "\x00", "run id", "%"]))
 numbers = st.one_of(st.none(), st.integers(min_value=-(10**30), max_value=10**30).map(str), st.text(max_size=12),
                     st.sampled_from(["", "1e3", "0x10", "NaN", "-0", " 5", "9" * 5000, "١٢"]))
+durations = st.one_of(numbers, st.sampled_from(
+    ["30d", "all", "ALL", "1.5h", "2w", "0", "0s", "-1d", "nan", "inf", "-inf", "1e308w", "9e307d", "1e400", "d", "w",
+     "30 d", "30dd", "0x1Fd", "∞", "\x00"]))
+formats = st.one_of(st.none(), st.sampled_from(["json", "prometheus", "JSON", "", "xml", "prometheus\x00", "a" * 500]),
+                    st.text(max_size=12))
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
@@ -130,6 +138,21 @@ def _fuzz(client: Client) -> None:
     def export(body: bytes) -> None:
         client.request("POST", "export", body)
 
+    @FUZZ
+    @given(since=durations, output=formats, extra=numbers)
+    @example(since="1e308w", output="json", extra=None)  # a finite number of weeks, an infinite number of seconds
+    @example(since="1e308w", output="prometheus", extra=None)
+    @example(since="nan", output="json", extra=None)
+    def stats(since: str | None, output: str | None, extra: str | None) -> None:
+        status, answer = client.request("GET", "stats" + _query({"since": since, "format": output, "x": extra}),
+                                        text_ok=True)
+        if status == 200 and isinstance(answer, str):  # format=prometheus (tornado drops control characters)
+            assert output is not None and "prometheus" in output and answer.startswith("# HELP "), (output, answer)
+        elif status == 200:
+            assert isinstance(answer, dict)
+        else:
+            assert status == 400, (since, output, status, answer)
+
     @settings(FUZZ, max_examples=40)  # each answer loads the whole catalog of profiles
     @given(path=st.one_of(st.none(), st.text(max_size=30), st.sampled_from(
         ["nb.ipynb", "../nb.ipynb", "/etc/passwd", ".", "..", "a" * 5000, "\x00", "nb.ipynb/../..", "~/x"])))
@@ -142,6 +165,7 @@ def _fuzz(client: Client) -> None:
 
     routes()
     export()
+    stats()
     profiles()
 
 
