@@ -160,7 +160,8 @@ def _locks(state: _State) -> Outcome | list[str]:
 def _manifests(spec: JobSpec, bundle: Any) -> str:
     """Render (and schema-check, with kubernetes-validate installed) the job's Kubernetes manifests.
 
-    Raises SpecError for manifests the backend refuses; a missing kubernetes backend fails only a job that uses it.
+    Raises SpecError for manifests the backend refuses; a missing kubernetes backend, and options Kubernetes
+    would refuse, fail only a job that runs there (another job's note says why its manifests were not checked).
     """
     from nbtrain.export.manifests import manifest_yaml
 
@@ -175,6 +176,8 @@ def _manifests(spec: JobSpec, bundle: Any) -> str:
             if spec.backend == "kubernetes":
                 raise EnvironmentProblem(str(error)) from None
             return f"kubernetes manifests not checked ({error})"
+        if spec.backend != "kubernetes":  # e.g. --max-restarts without --volume: fine where the job runs
+            return f"kubernetes manifests not checked: its options do not run there as they are ({error})"
         raise SpecError(f"kubernetes manifests: {error}") from None
     import yaml
 

@@ -75,3 +75,19 @@ def test_the_profile_a_job_was_exported_from_is_checked_without_profile(job) -> 
 def test_an_unknown_profile_is_a_usage_error(job, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["validate", str(job("--gpus 1")), "--profile", "no-such"]) == 2
     assert "--profile 'no-such': no such profile; known profiles:" in capsys.readouterr().err
+
+
+def test_a_local_job_with_options_kubernetes_refuses_passes_the_config_rung(job) -> None:
+    # the multinode-ddp profile sets --max-restarts, which Kubernetes honours only with a --volume
+    directory = job("--profile multinode-ddp --backend local")
+    outcome = _config(_State(directory, Settings()))
+    assert outcome.status is Status.PASSED, outcome.message
+    assert "kubernetes manifests not checked: its options do not run there as they are" in outcome.message
+    assert "--volume" in outcome.message
+
+
+def test_a_kubernetes_job_with_options_kubernetes_refuses_fails_the_config_rung(job) -> None:
+    directory = job("--backend kubernetes --image python:3.11 --max-restarts 2")
+    outcome = _config(_State(directory, Settings()))
+    assert outcome.status is Status.FAILED and outcome.blame is Blame.JOB, outcome.message
+    assert outcome.message.startswith("nbtrain.toml: --max-restarts 2 on the kubernetes backend needs --volume")
