@@ -225,7 +225,12 @@ class SlurmUnderTest(BackendUnderTest):
 
     @contextlib.contextmanager
     def refusing_submits(self) -> Iterator[str]:
-        """Every partition that is up turns inactive: sbatch refuses the job ("Required partition not available")."""
+        """Every partition that is up turns inactive: Slurm refuses the job ("Required partition not available").
+
+        The Slurm backend asks ``sbatch --test-only`` while planning, so the refusal comes from ``plan`` there, not
+        from ``submit``: what the test checks (the run left as it was) holds either way; the submit-time clean-up
+        is exercised on Kubernetes.
+        """
         shown = self.cluster.client("sinfo", "--noheader", "--format=%R %a").stdout.splitlines()
         partitions = [line.split()[0] for line in shown if line.split()[1:] == ["up"]]
         assert partitions, f"no partition is up: {shown}"

@@ -260,8 +260,9 @@ class BackendUnderTest:
 
     @contextlib.contextmanager
     def refusing_submits(self) -> Iterator[str]:
-        """Inside: the backend's ``submit`` fails for a real reason (the cluster refuses), before any gang starts;
-        yields words the error names. Skips the test where there is no such reason to give."""
+        """Inside: the backend's ``submit`` fails for a real reason (the cluster refuses), before any gang starts
+        (a backend that asks the cluster while planning refuses in ``plan`` instead); yields words the error names.
+        Skips the test where there is no such reason to give."""
         pytest.skip(f"the {self.name} backend's submit cannot be made to fail for a real reason here")
         yield ""
 
