@@ -3,9 +3,11 @@
 The configuration is DESIGN.md's "Facts" about Slurm: ``AuthType=auth/none`` + ``CredType=cred/none`` (no
 munged), every node ``NodeHostname=localhost NodeAddr=127.0.0.1`` with its own ``Port=`` and spool directory,
 ``proctrack/linuxproc`` + ``task/none`` (no cgroups on CI machines), a 1 s scheduler. Every daemon is started
-by this module (``-D``: in the foreground, so its PID is ours), and :meth:`Cluster.stop` ends them by PID and
-then every process any job of the cluster left (found by ``SLURM_CONF`` in its environment), so a test leaves
-nothing behind. Importable as a plain module: the contract suite's conftest loads it too.
+by this module (``-D``: in the foreground, so its PID is ours). :meth:`Cluster.stop` cancels every job, gives
+the jobs' processes :data:`JOBS_END_S` to go and the daemons :data:`DAEMONS_END_S` to answer SIGTERM, then kills
+whatever is still there (found by ``SLURM_CONF`` in its environment) and returns it: :func:`test_cluster` fails
+the test when that list is not empty, so a leftover (a daemonised task nbtrain missed, a daemon that hangs) is a
+test failure, never a silent cleanup. Importable as a plain module: the contract suite's conftest loads it too.
 """
 
 from __future__ import annotations
@@ -21,11 +23,26 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["BINARIES", "Cluster", "missing_binaries", "running_cluster", "slurm_pids", "test_cluster"]
+__all__ = ["BINARIES", "REQUIRE_ENV", "Cluster", "Leftover", "missing_binaries", "running_cluster", "slurm_pids",
+           "test_cluster"]
 
 BINARIES = ("slurmctld", "slurmd", "sbatch", "srun", "scontrol", "squeue", "scancel", "sinfo")
 START_TIMEOUT_S = 20.0
 NODE_CPUS = 8  # declared (SlurmdParameters=config_overrides): CPU gangs of 2 x 4 fit on a 2-core machine
+JOBS_END_S = 10.0  # scancel -> every task gone: ~0.1 s, plus KillWait=2 for a task that ignores SIGTERM
+DAEMONS_END_S = 5.0
+REQUIRE_ENV = "NBTRAIN_REQUIRE_SLURM"  # set (CI's .ci/run): a missing Slurm fails the tests instead of skipping them
+
+
+@dataclass(frozen=True)
+class Leftover:
+    """A process of the cluster that outlived its deadline at :meth:`Cluster.stop` (and was then SIGKILLed)."""
+
+    pid: int
+    what: str  # its command line, or the daemon's name
+
+    def __str__(self) -> str:
+        return f"pid {self.pid}: {self.what}"
 
 
 def missing_binaries() -> list[str]:
@@ -123,6 +140,7 @@ class Cluster:
     ctld: subprocess.Popen[bytes] | None = None
     slurmds: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     started_in_s: float = 0.0
+    leftovers: list[Leftover] = field(default_factory=list)  # what :meth:`stop` had to kill (set by running_cluster)
 
     @property
     def env(self) -> dict[str, str]:
@@ -193,36 +211,62 @@ class Cluster:
             out.append(f"--- {log.name}\n" + "\n".join(text))
         return "\n".join(out)
 
-    def stop(self) -> list[int]:
-        """End every job, then the daemons by PID, then anything a job left; returns the PIDs that had to be killed."""
+    def job_processes(self) -> list[Leftover]:
+        """Live processes of the cluster other than its daemons: slurmstepd, job tasks and their children."""
+        daemons = {p.pid for p in [self.ctld, *self.slurmds.values()] if p is not None}
+        found = [Leftover(pid, _cmdline(pid)) for pid in slurm_pids(self.conf) if pid not in daemons]
+        return [p for p in found if p.what != ": slurmscriptd"]  # slurmctld's own helper, ends with it
+
+    def stop(self) -> list[Leftover]:
+        """Cancel every job, wait for its processes, stop the daemons; SIGKILL and return what outlived its deadline.
+
+        Empty when every job process was gone :data:`JOBS_END_S` after ``scancel`` and every daemon answered
+        SIGTERM within :data:`DAEMONS_END_S`; idempotent.
+        """
+        survivors: list[Leftover] = []
         if self.ctld is not None and self.ctld.poll() is None:
             try:
                 self.client("scancel", "--full", "--user", "root", timeout=5)
             except (OSError, subprocess.TimeoutExpired):
                 pass
-        for proc in [*self.slurmds.values(), self.ctld]:
+            deadline = time.monotonic() + JOBS_END_S
+            while self.job_processes() and time.monotonic() < deadline:
+                time.sleep(0.05)
+        daemons = [(f"slurmd -N {name}", proc) for name, proc in self.slurmds.items()] + [("slurmctld", self.ctld)]
+        for _, proc in daemons:
             if proc is not None and proc.poll() is None:
                 proc.terminate()
-        for proc in [*self.slurmds.values(), self.ctld]:
+        for name, proc in daemons:
             if proc is None:
                 continue
             try:
-                proc.wait(timeout=5)
+                proc.wait(timeout=DAEMONS_END_S)
             except subprocess.TimeoutExpired:
+                survivors.append(Leftover(proc.pid, f"{name} (ignored SIGTERM for {DAEMONS_END_S:.0f} s)"))
                 proc.kill()
                 proc.wait()
         # slurmstepd and job tasks are not our children: find them by the cluster's SLURM_CONF in their environment
-        killed: list[int] = []
+        seen: set[int] = set()
         deadline = time.monotonic() + 5
         while (left := slurm_pids(self.conf)) and time.monotonic() < deadline:
             for pid in left:
+                if pid not in seen:
+                    seen.add(pid)
+                    survivors.append(Leftover(pid, _cmdline(pid)))
                 try:
                     os.kill(pid, signal.SIGKILL)
-                    killed.append(pid)
                 except OSError:
                     pass
             time.sleep(0.05)
-        return killed
+        return survivors
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().rstrip(b"\0").split(b"\0")
+    except OSError:
+        return "(gone)"
+    return " ".join(a.decode(errors="replace") for a in argv)[:200] or "(no command line)"
 
 
 @contextmanager
@@ -240,15 +284,18 @@ def running_cluster(root: Path, *, nodes: int = 2, partitions: Mapping[str, str]
     try:
         yield cluster.start()
     finally:
-        cluster.stop()
+        cluster.leftovers = cluster.stop()
 
 
 @contextmanager
 def test_cluster(monkeypatch: object, *, partitions: Mapping[str, str] | None = None) -> Iterator[Cluster]:
     """What the ``slurm_cluster`` fixtures yield: a fresh 2-node cluster, ``SLURM_CONF`` pointing at it.
 
-    Skips (pytest.skip) with the install command when Slurm's programs are missing. The cluster lives under a
-    short /tmp directory: slurmd's step sockets (``SPOOL/n1_<job>.<step>``) must fit in 108 bytes.
+    Skips (pytest.skip) with the install command when Slurm's programs are missing, or fails with the same words
+    when ``NBTRAIN_REQUIRE_SLURM=1`` (CI: a Slurm that could not be installed must not pass as "skipped"). Fails
+    at teardown when a process of the cluster outlived :meth:`Cluster.stop`'s deadlines (listed by PID and
+    command line). The cluster lives under a short /tmp directory: slurmd's step sockets
+    (``SPOOL/n1_<job>.<step>``) must fit in 108 bytes.
     """
     import tempfile
 
@@ -256,8 +303,11 @@ def test_cluster(monkeypatch: object, *, partitions: Mapping[str, str] | None = 
 
     missing = missing_binaries()
     if missing:
-        pytest.skip(f"Slurm is not installed ({', '.join(missing)} missing): `apt-get install -y "
-                    "--no-install-recommends slurmctld slurmd slurm-client` (./dev test does it as root)")
+        why = (f"Slurm is not installed ({', '.join(missing)} missing): `apt-get install -y --no-install-recommends "
+               "slurmctld slurmd slurm-client` (./dev test does it as root)")
+        if os.environ.get(REQUIRE_ENV) == "1":
+            pytest.fail(f"{REQUIRE_ENV}=1 but {why}", pytrace=False)
+        pytest.skip(why)
     from nbtrain.backends.slurm import cli
 
     root = Path(tempfile.mkdtemp(prefix="nbslurm-", dir="/tmp"))
@@ -266,6 +316,11 @@ def test_cluster(monkeypatch: object, *, partitions: Mapping[str, str] | None = 
             monkeypatch.setenv("SLURM_CONF", str(cluster.conf))  # type: ignore[attr-defined]
             cli._cache = None  # job ids start again at 1 on every cluster: never read another cluster's records
             yield cluster
+        if cluster.leftovers:
+            pytest.fail(f"{len(cluster.leftovers)} process(es) of the test Slurm cluster outlived their deadline "
+                        f"({JOBS_END_S:.0f} s after scancel for job processes, {DAEMONS_END_S:.0f} s after SIGTERM "
+                        "for daemons) and had to be SIGKILLed:\n  " + "\n  ".join(map(str, cluster.leftovers)),
+                        pytrace=False)
     finally:
         cli._cache = None
         shutil.rmtree(root, ignore_errors=True)

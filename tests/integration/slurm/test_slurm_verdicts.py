@@ -3,6 +3,7 @@ before submission with Slurm's reason, a time limit and a dead node end the run 
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
@@ -10,12 +11,13 @@ import pytest
 from cluster import Cluster
 
 from nbtrain.backends.slurm import SlurmBackend
+from nbtrain.backends.slurm.backend import job_leftovers
 from nbtrain.bundle import capture_cell
 from nbtrain.client import submit_bundle
 from nbtrain.errors import SpecError
 from nbtrain.model import RunState
 from nbtrain.spec import JobSpec
-from nbtrain.store import Store
+from nbtrain.store import Store, read_json
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -70,13 +72,36 @@ def test_an_impossible_request_is_refused_before_submission_with_slurms_reason(
     assert not (home / "runs").is_dir() or not any((home / "runs").iterdir()), "a refused request left a run"
 
 
+def _job_id(home: Path, run_id: str) -> str:
+    return str(read_json(Store(home).attempt_dir(run_id, 0) / "slurm.json")["job_id"])
+
+
+def _wait_gone(what: str, find, timeout: float = 15) -> None:  # type: ignore[no-untyped-def]
+    """Wait until ``find()`` (live PIDs or queue lines) is empty: Slurm's clean-up after a verdict is asynchronous."""
+    deadline = time.monotonic() + timeout
+    while (left := find()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not left, f"{what} still there {timeout:.0f} s after the verdict: {left}"
+
+
 def test_a_dead_node_fails_the_run_and_leaves_nothing(home: Path, slurm_cluster: Cluster) -> None:
     run, _ = _submit(home, SLEEP_CELL)
     _wait_line(run, "ready")
+    job_id = _job_id(home, run.id)
     slurm_cluster.kill_node("n2")
     assert run.wait(timeout=120, raise_on_failure=False, progress=False) is RunState.FAILED
     failure = run.failure
-    assert failure is not None and ("NODE_FAIL" in failure.reason or "rank 1" in failure.summary()), failure
+    assert failure is not None, "a failed run without a failure"
+    # the verdict blames n2 (node 1: rank 1, one process per node) by its index or its name, never n1, the survivor
+    said = failure.summary()
+    if failure.node is not None or failure.rank is not None:
+        assert (failure.node, failure.rank) == (1, 1), f"blames node {failure.node} rank {failure.rank}: {said}"
+    else:
+        assert re.search(r"\bn2\b", said) and not re.search(r"\bn1\b|n\[", said), f"names no dead node: {said}"
+    # nothing of the run is left: no process of its job on this machine, no job in the queue
+    _wait_gone(f"processes of job {job_id}", lambda: job_leftovers(job_id, run.id))
+    _wait_gone("job processes of the cluster", slurm_cluster.job_processes)
+    _wait_gone("jobs in squeue", lambda: slurm_cluster.client("squeue", "-h", "-o", "%i %T").stdout.split())
 
 
 def test_the_time_limit_ends_the_run_with_a_timeout_verdict(home: Path, slurm_cluster: Cluster) -> None:
