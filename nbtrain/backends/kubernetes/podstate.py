@@ -102,7 +102,8 @@ class PodInfo:
     running: bool = False
     terminated: bool = False
     exit_code: int | None = None
-    reason: str = ""  # termination reason: Completed, Error, OOMKilled...
+    reason: str = ""  # termination reason: Completed, Error, OOMKilled, StartError...
+    message: str = ""  # the kubelet's termination message (why a container could not start, ...)
     finished: float | None = None
     waiting: str = ""  # waiting reason: ContainerCreating, ImagePullBackOff...
     waiting_message: str = ""
@@ -159,6 +160,7 @@ def pod_info(pod: Mapping[str, Any], flavor: str, container: str) -> PodInfo:
         terminated=bool(terminated) or (phase in ("Succeeded", "Failed") and not waiting),
         exit_code=terminated.get("exitCode") if terminated else None,
         reason=str(terminated.get("reason") or ""),
+        message=str(terminated.get("message") or "").strip()[:500],
         finished=parse_time(terminated.get("finishedAt")) if terminated else None,
         waiting=str(waiting.get("reason") or ""),
         waiting_message=str(waiting.get("message") or ""),
@@ -267,7 +269,8 @@ def first_failure(
             tiers.append((1, when, triage.Candidate(rank=rank, time=when, exit_code=code, reason=reason)))
         else:
             killed = code in _KILLED or pod.exit_code in _KILLED
-            reason = f"pod {pod.name} ended with exit code {pod.exit_code}" + (f" ({pod.reason})" if pod.reason else "")
+            reason = (f"pod {pod.name} ended with exit code {pod.exit_code}" + (f" ({pod.reason})" if pod.reason else "")
+                      + (f": {pod.message}" if pod.message else ""))
             tiers.append((4 if killed else 2, when, triage.Candidate(rank=rank, time=when, exit_code=code, reason=reason)))
     if not tiers:
         if owner.reason or owner.message:

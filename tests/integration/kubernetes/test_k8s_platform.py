@@ -198,6 +198,7 @@ def test_a_container_that_cannot_start_fails_the_run_naming_the_pod_and_the_star
     assert f"pod {job}-" in failure.reason, f"the verdict names no pod of Job {job}: {failure.reason}"
     assert failure.rank in (0, 1), failure
     assert "StartError" in failure.reason and "128" in failure.reason, failure.reason
+    assert "/opt/no-such-python/bin/python3" in failure.reason, f"the kubelet's reason is left out: {failure.reason}"
     pods = cluster.store.items("pods", NAMESPACE)
     assert not [p for p in pods if p["status"]["phase"] in ("Pending", "Running")], "a pod of the failed run still runs"
     assert not [uid for uid, rt in cluster.runtimes.items() if rt.process is not None and rt.process.poll() is None]
