@@ -118,7 +118,10 @@ def jp_server_cleanup() -> Iterator[None]:
 @pytest.fixture(scope="session")
 def chromium_path() -> Path:
     if not CHROMIUM.exists():
-        pytest.skip(f"browser tests need Debian's chromium at {CHROMIUM} (apt-get install -y chromium)")
+        why = f"browser tests need Debian's chromium at {CHROMIUM} (apt-get install -y chromium)"
+        if os.environ.get("NBTRAIN_REQUIRE_BROWSER") == "1":  # CI (.ci/run): a browser it failed to install fails
+            pytest.fail(f"NBTRAIN_REQUIRE_BROWSER=1 but {why}", pytrace=False)
+        pytest.skip(why)
     return CHROMIUM
 
 

@@ -34,3 +34,15 @@ def test_stop_reports_and_kills_a_task_that_daemonised_and_nothing_else() -> Non
         assert slurm_pids(cluster.conf) == [], "stop() left a process of the cluster alive"
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.mark.parametrize(("required", "outcome"), [("1", pytest.fail.Exception), ("", pytest.skip.Exception)])
+def test_a_missing_slurm_fails_the_tests_when_ci_requires_it_and_skips_them_otherwise(
+        monkeypatch: pytest.MonkeyPatch, required: str, outcome: type[BaseException]) -> None:
+    import cluster
+
+    monkeypatch.setattr(cluster, "missing_binaries", lambda: ["slurmctld"])
+    monkeypatch.setenv(cluster.REQUIRE_ENV, required)
+    with pytest.raises(outcome, match=r"Slurm is not installed \(slurmctld missing\): `apt-get install"):
+        with cluster.test_cluster(monkeypatch):
+            pass
