@@ -39,6 +39,7 @@ from helpers import SUPERVISOR_MARKER, BackendUnderTest, pids_with_env, run_proc
 from kubefixtures import kubernetes_fixtures  # tests/support, put on sys.path by tests/conftest.py
 
 from nbtrain.client import Run
+from nbtrain.spec import JobSpec
 from nbtrain.store import Store, read_json
 
 BACKENDS: list[str] = []  # names, in registration order
@@ -200,9 +201,21 @@ class SlurmUnderTest(BackendUnderTest):
     name = "slurm"
     gang_outlives_controller = False  # the supervisor is the batch script: Slurm ends the job when it dies
 
+    # the events, log-page and cancel cases (runs by these names) put their two ranks on the cluster's two nodes,
+    # one each: with the failing-rank case, the multi-node paths (srun across nodes, per-node logs, scancel on
+    # both) are in the contract; the other cases stay on one node, where they are faster
+    SPREAD_OVER_NODES = frozenset({"count", "paged", "cancelled"})
+
     def __init__(self, store: Store, backend: Any, cluster: Any) -> None:
         super().__init__(store, backend)
         self.cluster = cluster
+
+    def spec(self, **overrides: Any) -> JobSpec:
+        """The base spec, except that a two-rank run named in :attr:`SPREAD_OVER_NODES` gets one rank per node."""
+        if overrides.get("name") in self.SPREAD_OVER_NODES and overrides.get("procs_per_node") == 2 \
+                and "nodes" not in overrides:
+            overrides = {**overrides, "nodes": 2, "procs_per_node": 1}
+        return super().spec(**overrides)
 
     def kill_controller(self, run: Run) -> None:
         """SIGKILL the supervisor (the batch script's process) of the run's latest attempt."""
