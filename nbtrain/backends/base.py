@@ -4,7 +4,8 @@ Shape borrowed from TorchX: a pure, printable dry run (:meth:`Backend.plan`) tha
 own request, and thin I/O methods around it. The contract is a type, not a docstring:
 
 - :class:`Backend` is an abstract base with template methods. ``plan`` refuses every option the backend
-  does not honour (:func:`nbtrain.flags.check_supported`) before the backend's own ``_plan`` runs;
+  does not honour (:func:`nbtrain.flags.check_supported`) before the backend's own ``_plan`` runs, and a strategy
+  whose optional packages the ranks' interpreter lacks after it (:mod:`nbtrain.backends.extras`);
   ``cancel`` is idempotent in the base (terminal check, then ``_cancel_existing``);
 - :class:`StoreBackedBackend` reads what every backend keeps in the store the same way (cursor, events,
   paged logs, list), so an engine only says how to start, observe and stop its gang;
@@ -169,12 +170,28 @@ class Backend(abc.ABC):
         backend and what to do instead). Raises SpecError/EnvironmentProblem for what cannot run here.
         Starts nothing, writes nothing.
         """
+        from nbtrain.backends.extras import require_strategy_packages
         from nbtrain.flags import check_supported
         from nbtrain.secrets import refuse_secret_env
 
         check_supported(spec, self.name, self.capabilities)
         refuse_secret_env(spec.env, backend=self.name, allow=spec.allow_secrets)
-        return self._plan(spec, bundle_dir, bundle_digest, run_id, attempt=attempt)
+        plan = self._plan(spec, bundle_dir, bundle_digest, run_id, attempt=attempt)
+        python = self.ranks_python()  # after _plan: a strategy this device refuses is the clearer error
+        if python is not None:
+            require_strategy_packages(spec, python)
+        return plan
+
+    def ranks_python(self) -> str | None:
+        """The interpreter the ranks run, when this machine can look into it, else None.
+
+        ``plan`` checks there that the strategy's optional packages (DeepSpeed) are installed
+        (:mod:`nbtrain.backends.extras`). Default: the backend's ``python`` attribute when it has one (the local
+        backend's; a Slurm cluster's, on a filesystem every node shares). A backend whose ranks run elsewhere (in
+        an image) returns None and checks there.
+        """
+        python = getattr(self, "python", None)
+        return python if isinstance(python, str) else None
 
     @abc.abstractmethod
     def _plan(self, spec: JobSpec, bundle_dir: str, bundle_digest: str, run_id: str, *, attempt: int) -> Plan:

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from nbtrain.backends import extras
 from nbtrain.backends.base import Plan
 from nbtrain.backends.kubernetes import KubeOptions, KubernetesBackend
 from nbtrain.backends.local import LocalBackend
@@ -114,7 +115,7 @@ def planner(bundle: tuple[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyP
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "no-kubeconfig"))
     monkeypatch.setattr(local_backend, "free_port", lambda: 29511)
     monkeypatch.setattr(local_backend, "_accelerate_available", lambda python: True)
-    monkeypatch.setattr(local_backend, "_importable", lambda python, module: True)  # deepspeed
+    monkeypatch.setattr(extras, "importable", lambda python, module: True)  # deepspeed
     store = Store(tmp_path / "home")
 
     def make(name: str) -> Planner:

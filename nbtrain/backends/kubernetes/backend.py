@@ -89,6 +89,10 @@ class KubernetesBackend(StoreBackedBackend):
             return self._apis[context]
 
     # -- plan (pure) ----------------------------------------------------------------------------
+    def ranks_python(self) -> str | None:
+        """None: the ranks run in the image, whose packages the pod's preflight checks (naming the image)."""
+        return None
+
     def _plan(self, spec: JobSpec, bundle_dir: str, bundle_digest: str, run_id: str, *, attempt: int = 0,
               restart_budget: int | None = None) -> Plan:
         """Build the manifests of ``spec`` (no API call; reads the kubeconfig for its namespace).

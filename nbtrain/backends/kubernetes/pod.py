@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nbtrain.backends.extras import strategy_packages
 from nbtrain.backends.kubernetes.config import KubeOptions
 from nbtrain.backends.kubernetes.payload import BUNDLE_PATH, MOUNT_PATH, RUNTIME_PATH, Payload
 from nbtrain.backends.launch import LaunchTarget, accelerate_argv, device_env
@@ -99,10 +100,12 @@ def launcher_argv(spec: JobSpec, inputs: PodInputs) -> list[str]:
     )
 
 
-def preflight_argv(inputs: PodInputs) -> list[str]:
+def preflight_argv(spec: JobSpec, inputs: PodInputs) -> list[str]:
     """The container's command: the preflight (:mod:`.preflight`, shipped as ``nbtrain_preflight`` on ``PYTHONPATH``),
-    which checks the image's Python packages and then execs the launcher given as the container's ``args``."""
+    which checks the image's Python packages (the strategy's too: DeepSpeed, :mod:`nbtrain.backends.extras`) and
+    then execs the launcher given as the container's ``args``."""
     need = ["accelerate", "torch"] + (["cloudpickle"] if "bundle/objects.pkl" in inputs.payload.sizes else [])
+    need += strategy_packages(spec)
     return [inputs.options.python, "-m", PREFLIGHT_MODULE, "--image", _escape(inputs.image), "--need", ",".join(need),
             "--"]
 
@@ -201,7 +204,7 @@ def pod_template(spec: JobSpec, inputs: PodInputs, *, subdomain: str | None) -> 
         "name": container_name(inputs.flavor),
         "image": inputs.image,
         "imagePullPolicy": "IfNotPresent",
-        "command": preflight_argv(inputs),
+        "command": preflight_argv(spec, inputs),
         "args": launcher_argv(spec, inputs),
         "env": _env(spec, inputs),
         "ports": [{

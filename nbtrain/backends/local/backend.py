@@ -117,11 +117,6 @@ class LocalBackend(StoreBackedBackend):
         if spec.warm and spec.strategy is Strategy.DEEPSPEED:
             raise SpecError("--warm --strategy deepspeed: DeepSpeed starts its ranks through its own launcher, which "
                             "a warm gang does not reproduce yet; drop --warm (a cold run) or use --strategy ddp/fsdp.")
-        if spec.strategy is Strategy.DEEPSPEED and not _importable(self.python, "deepspeed"):
-            raise EnvironmentProblem(
-                f"--strategy deepspeed: DeepSpeed is not installed for {self.python}; install the extra with "
-                "`pip install 'nbtrain[deepspeed]'` (or `pip install deepspeed`)."
-            )
         wanted = spec.nodes * spec.procs
         if use_gpu and wanted > inventory.count:
             raise EnvironmentProblem(
@@ -388,13 +383,6 @@ def write_attempt_files(request: Mapping[str, Any]) -> Path:
         handle.write(config["text"])
     write_json_atomic(attempt_dir / "plan.json", dict(request))
     return attempt_dir
-
-
-def _importable(python: str, module: str) -> bool:
-    if python == sys.executable:
-        return importlib.util.find_spec(module) is not None
-    probe = f"import importlib.util,sys; sys.exit(importlib.util.find_spec({module!r}) is None)"
-    return subprocess.run([python, "-c", probe], capture_output=True, timeout=30).returncode == 0
 
 
 def _read_status(path: Path) -> dict[str, Any] | None:
