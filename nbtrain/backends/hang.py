@@ -4,7 +4,10 @@ Thread liveness says nothing (a heartbeat thread keeps beating while the main th
 collective), so each rank reports *progress*: its step, how many collectives it has issued, the one it is
 inside (if any) and how long it has made no progress (``nbtrain.runtime.progress``). From those:
 
-- not every rank has reported, or some rank has made no progress at all yet (warming up): not judged;
+- not every rank has started (reported RANK_START): not judged;
+- a rank that has made no progress yet is idle since it started (the threshold counts from its RANK_START, so
+  imports and rendezvous get the same allowance as any step): one that never started progressing while
+  others did, or a whole gang silent since it started, is judged like any other stall;
 - no rank stalled, or the stalled ranks wait in a collective that ranks still making progress have not
   reached yet (stragglers): not hung;
 - some unfinished rank has made no progress for ``stall_after`` seconds while others did, or the whole gang
@@ -27,7 +30,8 @@ __all__ = ["Assessment", "RankProgress", "assess", "desync_at_failure", "effecti
 
 @dataclass(frozen=True)
 class RankProgress:
-    """The latest progress report of one rank. ``idle_s``: seconds without progress, as of ``now``."""
+    """The latest progress report of one rank. ``idle_s``: seconds without progress, as of ``now`` (for a rank
+    that has made none yet, ``progressed=False``: seconds since it started)."""
 
     rank: int
     idle_s: float
@@ -58,6 +62,8 @@ def _where(p: RankProgress) -> str:
         return f"rank {p.rank} finished after {p.collectives} collective(s)"
     if p.in_collective:
         return f"rank {p.rank} waits in {p.in_collective} #{p.collectives}"
+    if not p.progressed:
+        return f"rank {p.rank} is in its own code, outside any collective, and made no progress since it started"
     step = f" (last step {p.step})" if p.step is not None else ""
     return f"rank {p.rank} is in its own code, outside any collective{step}"
 
@@ -66,8 +72,6 @@ def assess(reports: Mapping[int, RankProgress], *, world: int, stall_after: floa
     """The assessment of ``reports`` (one per rank that has reported); see the module docstring."""
     if len(reports) < world or stall_after <= 0:
         return None  # not every rank is up yet: starting, not hanging
-    if not all(p.progressed or p.done for p in reports.values()):
-        return None  # warming up (imports, rendezvous, data loading): progress is judged once every rank made some
     running = [p for p in reports.values() if not p.done]
     stalled = sorted(p.rank for p in running if p.idle_s >= stall_after)
     if not stalled:
@@ -76,7 +80,9 @@ def assess(reports: Mapping[int, RankProgress], *, world: int, stall_after: floa
     waiting = [p for p in running if p.in_collective]
     outside = [reports[r] for r in stalled if not reports[r].in_collective]
     idle = max(reports[r].idle_s for r in stalled)
-    head = f"{_ranks(stalled)} made no progress for {idle:.0f} s"
+    silent = all(not p.progressed for p in running)
+    head = (f"{_ranks(stalled)} made no progress for {idle:.0f} s"
+            + (" (the whole gang has been silent since it started)" if silent and len(stalled) == len(running) else ""))
     where = "; ".join(_where(reports[r]) for r in sorted(reports))
     if outside and waiting:
         culprits = tuple(p.rank for p in outside)

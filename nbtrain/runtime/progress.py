@@ -1,8 +1,9 @@
 """Progress of this rank, as opposed to its liveness (stdlib only; torch is imported only if already in use).
 
 A rank makes *progress* when it reports a step or a metric, or completes a collective. The hooks count the
-collectives it issues (``torch.distributed.all_reduce``, ``barrier``, ...) and remember the one it is
-inside, so the heartbeat can say "rank 0 waits in all_reduce #6 and has made no progress for 40 s" even
+collectives it issues (``torch.distributed.all_reduce``, ``barrier``, ..., and DDP's own, which its C++
+reducer runs without them: the pre-forward sync and the gradient all-reduce in ``backward``) and remember the
+one it is inside, so the heartbeat can say "rank 0 waits in all_reduce #6 and has made no progress for 40 s" even
 though its heartbeat thread is alive. When its own progress stalls longer than ``NBTRAIN_STALL_S``, the
 rank dumps the Python stack of every thread into its log once per stall (faulthandler: no ptrace needed).
 """
@@ -57,13 +58,16 @@ def report() -> dict[str, Any]:
                 "progressed": _progressed, "idle_s": round(time.monotonic() - _last, 3)}
 
 
-def _wrap(name: str, original: Any) -> Any:
+def _wrap(name: str, original: Any, *, when: Any = None) -> Any:
+    """``original`` counted as a collective called ``name`` (only while ``when()`` is true, if given)."""
     @functools.wraps(original)
     def collective(*args: Any, **kwargs: Any) -> Any:
         global _issued, _inside
+        if when is not None and not when():
+            return original(*args, **kwargs)
         with _lock:
             _issued += 1
-            _inside = name
+            outer, _inside = _inside, name  # a collective inside another (FSDP's inside backward) restores it
         try:
             return original(*args, **kwargs)
         except BaseException:
@@ -73,23 +77,55 @@ def _wrap(name: str, original: Any) -> Any:
             raise
         finally:
             with _lock:
-                _inside = None
+                _inside = outer
             advance()
 
     collective._nbtrain = True  # type: ignore[attr-defined]
     return collective
 
 
+# DDP's reducer runs its collectives in C++ (the Python functions above never see them), measured: a rank whose
+# peer sleeps before backward blocks inside ``backward()`` in the gradient all-reduce, and on the second forward
+# inside ``_pre_forward`` (bucket rebuild, buffer broadcast). Both are named as collectives once a DDP model ran.
+DDP_FORWARD = "DDP's pre-forward sync (bucket rebuild, buffer broadcast)"
+DDP_BACKWARD = "DDP's gradient all_reduce (in backward)"
+_ddp_seen = False
+
+
+def _ddp_in_use() -> bool:
+    return _ddp_seen
+
+
+def _wrap_ddp(original: Any) -> Any:
+    counted = _wrap(DDP_FORWARD, original)
+
+    @functools.wraps(original)
+    def pre_forward(*args: Any, **kwargs: Any) -> Any:
+        global _ddp_seen
+        _ddp_seen = True
+        return counted(*args, **kwargs)
+
+    pre_forward._nbtrain = True  # type: ignore[attr-defined]
+    return pre_forward
+
+
 def wrap_collectives() -> None:
-    """Count the collectives of ``torch.distributed`` (safe to call twice; nothing without torch)."""
+    """Count the collectives of ``torch.distributed`` and DDP's (safe to call twice; nothing without torch)."""
     try:
+        import torch.autograd
         import torch.distributed as dist
+        from torch.nn.parallel import DistributedDataParallel
     except ImportError:
         return
     for name in COLLECTIVES:
         original = getattr(dist, name, None)
         if original is not None and not getattr(original, "_nbtrain", False):
             setattr(dist, name, _wrap(name, original))
+    pre_forward = getattr(DistributedDataParallel, "_pre_forward", None)
+    if pre_forward is not None and not getattr(pre_forward, "_nbtrain", False):
+        DistributedDataParallel._pre_forward = _wrap_ddp(pre_forward)  # type: ignore[method-assign]  # the hook
+    if not getattr(torch.autograd.backward, "_nbtrain", False):
+        torch.autograd.backward = _wrap(DDP_BACKWARD, torch.autograd.backward, when=_ddp_in_use)
 
 
 def self_check(rank: int, stall_s: float) -> None:
@@ -97,7 +133,7 @@ def self_check(rank: int, stall_s: float) -> None:
     global _dumped
     with _lock:
         idle = time.monotonic() - _last
-        if stall_s <= 0 or idle < stall_s or _dumped or not _progressed:
+        if stall_s <= 0 or idle < stall_s or _dumped:
             return
         _dumped = True
         inside = _inside

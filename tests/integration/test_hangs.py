@@ -27,6 +27,22 @@ if accelerator.process_index == 1:
 dist.all_reduce(t)
 '''
 
+DDP_STUCK_CELL = '''%%distributed --nodes 1 --gpus 2 --name ddpstuck --out run --stall-after 5 --hang-timeout 20
+import time
+import torch
+from accelerate import Accelerator
+accelerator = Accelerator()
+model = accelerator.prepare(torch.nn.Linear(4, 1))
+x = torch.ones(8, 4)
+for _ in range(2):  # DDP rebuilds its buckets at the second forward (a collective of its own)
+    accelerator.backward(model(x).sum())
+nbtrain.log(step=0, ready=1.0)
+loss = model(x).sum()
+if accelerator.process_index == 1:
+    time.sleep(300)  # stuck in its own code: rank 0 waits in DDP's gradient all-reduce inside backward
+accelerator.backward(loss)
+'''
+
 DESYNC_CELL = '''%%distributed --nodes 1 --gpus 2 --name desync --out run --stall-after 3 --hang-timeout 8
 import torch
 import torch.distributed as dist
@@ -87,3 +103,18 @@ def test_a_skipped_all_reduce_is_reported_as_a_desync(shell: Any, run_cell: Any)
     text = failure.summary()
     assert "desynchronised collectives" in text, text
     assert "rank 1" in text
+
+
+def test_a_rank_stuck_before_ddps_gradient_all_reduce_is_named_and_the_peer_seen_waiting_in_it(
+        shell: Any, run_cell: Any) -> None:
+    shell.run_cell("import nbtrain")
+    run_cell(DDP_STUCK_CELL)
+    run = shell.user_ns["run"]
+    with pytest.raises(RunFailedError) as caught:
+        run.wait(timeout=150, progress=False)
+    failure = caught.value.failure
+    assert failure is not None
+    print(failure.summary())
+    assert failure.rank == 1, failure.summary()
+    assert "rank 1 stuck outside any collective" in failure.reason, failure.reason
+    assert "rank 0 wait in DDP's gradient all_reduce (in backward)" in failure.reason, failure.reason

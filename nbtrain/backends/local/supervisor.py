@@ -95,6 +95,7 @@ class Supervisor:
         self.beats: dict[int, tuple[float, dict[str, Any]]] = {}  # rank -> (time, progress report)
         self.final: dict[int, Event] = {}  # RANK_DONE of each finished rank (its final collective count)
         self.stall: Assessment | None = None
+        self.rank_started: dict[int, float] = {}  # RANK_START times: a rank silent since then is idle since then
         hang = self.plan.get("hang_timeout_s")
         self.hang_timeout: float | None = float(hang) if hang else None
         self.stall_after = effective_stall_after(self.plan.get("stall_after_s"), self.hang_timeout)
@@ -168,6 +169,7 @@ class Supervisor:
                     continue
                 if event.kind is EventKind.RANK_START:
                     self.pids[rank] = int(event.data.get("pid", 0))
+                    self.rank_started[rank] = event.time
                 elif event.kind is EventKind.RANK_ERROR:
                     self.errors.setdefault(rank, event)
                 elif event.kind is EventKind.RANK_DONE:
@@ -291,6 +293,8 @@ class Supervisor:
         }
         for rank in self.done:
             reports.setdefault(rank, RankProgress(rank=rank, idle_s=0.0, done=True))
+        for rank, at in self.rank_started.items():  # started, no heartbeat yet: idle since its start
+            reports.setdefault(rank, RankProgress(rank=rank, idle_s=max(0.0, now - at), progressed=False))
         return assess(reports, world=self.world, stall_after=self.stall_after)
 
     def _watch_progress(self) -> bool:
@@ -305,8 +309,9 @@ class Supervisor:
         if assessment is None or self.hang_timeout is None:
             return False
         self.stall = assessment
-        idle = min(float(self.beats[r][1].get("idle_s") or 0) + time.time() - self.beats[r][0]
-                   for r in assessment.stalled if r in self.beats)
+        now = time.time()
+        idle = min(float(self.beats[r][1].get("idle_s") or 0) + now - self.beats[r][0] if r in self.beats
+                   else now - self.rank_started.get(r, now) for r in assessment.stalled)
         return idle >= self.hang_timeout
 
     def _hang_failure(self) -> Failure:

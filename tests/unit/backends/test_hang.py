@@ -61,7 +61,28 @@ def test_a_rank_waiting_for_a_straggler_still_on_its_way_is_not_a_hang() -> None
     assert assess(reports, world=2, stall_after=10) is None
 
 
-def test_nothing_is_judged_while_a_rank_is_still_warming_up() -> None:
+def test_a_rank_still_starting_within_the_threshold_is_not_judged() -> None:
+    # rank 1 started 4 s ago (imports, data loading) and has made no progress yet: rank 0 waiting for it is fine
     reports = {0: RankProgress(0, idle_s=30.0, collectives=1, in_collective="all_reduce"),
-               1: RankProgress(1, idle_s=30.0, progressed=False)}
+               1: RankProgress(1, idle_s=4.0, progressed=False)}
     assert assess(reports, world=2, stall_after=10) is None
+
+
+def test_a_rank_that_never_started_progressing_while_others_did_is_named() -> None:
+    reports = {0: RankProgress(0, idle_s=30.0, collectives=1, in_collective="all_reduce", step=0),
+               1: RankProgress(1, idle_s=31.0, progressed=False)}
+    found = assess(reports, world=2, stall_after=10)
+    assert found is not None and found.kind == "stuck" and found.culprits == (1,)
+    assert "rank 1 is in its own code, outside any collective, and made no progress since it started" in found.message
+
+
+def test_a_whole_gang_silent_since_it_started_is_stalled() -> None:
+    reports = {r: RankProgress(r, idle_s=12.0 + r, progressed=False) for r in range(3)}
+    found = assess(reports, world=3, stall_after=10)
+    assert found is not None and found.stalled == (0, 1, 2) and found.culprits == (0, 1, 2)
+    assert "the whole gang has been silent since it started" in found.message
+    assert assess({r: RankProgress(r, idle_s=9.0, progressed=False) for r in range(3)}, world=3, stall_after=10) is None
+
+
+def test_a_rank_that_has_not_started_yet_keeps_the_gang_unjudged() -> None:
+    assert assess({0: RankProgress(0, idle_s=99.0, progressed=False)}, world=2, stall_after=10) is None
