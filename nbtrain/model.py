@@ -136,6 +136,9 @@ class LogPage:
         return self.start + len(self.lines)
 
 
+DETAIL_MAX = 500  # characters of RunSummary.detail (one line in a panel row)
+
+
 @dataclass(frozen=True)
 class RunSnapshot:
     """An immutable picture of a run at one moment (what readers get instead of the Run's insides)."""
@@ -174,6 +177,7 @@ class RunSnapshot:
             notebook=notebook, tracking_url=tracking_url,
             attach_code=f"import nbtrain\nrun = nbtrain.attach({self.run_id!r})\nrun.show()",
             can_resume=self.can_resume,
+            detail=(self.detail.strip()[:DETAIL_MAX] or None) if not self.state.terminal else None,
         )
 
 
@@ -206,6 +210,9 @@ class RunSummary:
     tracking_url: str | None
     attach_code: str
     can_resume: bool
+    #: What the backend says the run is doing now, while it is active (e.g. Slurm's "queued: Resources (position 2
+    #: of 3)", Kubernetes' "waiting: ImagePullBackOff", a stall); None when there is nothing to say or it ended.
+    detail: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """JSON-ready dict (no NaN/Infinity: such numbers become null)."""

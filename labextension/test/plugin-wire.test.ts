@@ -20,7 +20,7 @@ const ROW = {
   id: "digits-3fa9c2", name: "digits", state: "running", backend: "local", nodes: 2, procs: 2, world_size: 4,
   created: 1764455000.0, started: 1764455001.5, ended: null, duration: 12.5, attempt: 0, step: 42, total: 100,
   failure: null, failed_rank: null, notebook: "train.ipynb", tracking_url: null,
-  attach_code: "import nbtrain\nrun = nbtrain.attach('digits-3fa9c2')\nrun.show()", can_resume: false,
+  attach_code: "import nbtrain\nrun = nbtrain.attach('digits-3fa9c2')\nrun.show()", can_resume: false, detail: null,
 };
 
 describe("wire", () => {
@@ -44,6 +44,9 @@ describe("wire", () => {
     assert.ok(failed);
     assert.equal(failed.failedRank, 1);
     assert.match(failed.failure ?? "", /^rank 1 /);
+    const queued = parseRunList({ runs: FIXTURES }).find((r) => r.state === "queued");
+    assert.ok(queued);
+    assert.match(queued.detail ?? "", /^queued: Resources \(position 2 of 3/);
   });
 
   it("keeps a failed rank only when it is a rank number", () => {

@@ -473,6 +473,9 @@ class Run:
             f"  gang: {self.spec.nodes} node(s) x {self.spec.procs} process(es) = world size {self.spec.world_size}",
             f"  duration: {ended - started:.1f} s",
         ]
+        detail = self._last_status.detail.strip() if self._last_status is not None else ""
+        if detail and not state.terminal:  # what the backend says it is doing: queued and why, a stall, ...
+            lines.append(f"  now: {detail}")
         last = view.last_metrics(0)
         if last:
             lines.append("  last metrics (rank 0): " + ", ".join(f"{k}={v:.6g}" for k, v in last.items()))

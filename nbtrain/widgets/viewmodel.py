@@ -218,6 +218,7 @@ class MonitorModel:
             "now": time.time() if now is None else now,
             "step": snapshot.step, "total": snapshot.total,
             "attempt": snapshot.attempt, "notices": list(snapshot.notices),
+            "detail": snapshot.detail.strip() if not state.terminal else "",
             "tracking_url": tracking_url, "can_resume": snapshot.can_resume,
             "stopping": stopping and not state.terminal,
         }

@@ -28,6 +28,7 @@ export class HeaderView {
     "Open in MLflow",
   );
   private readonly notices = h("ul", { class: "nbtrain-notices" });
+  private readonly detail = h("div", { class: "nbtrain-header-row nbtrain-detail", "data-testid": "nbtrain-detail" });
   /** When Stop was pressed here (browser clock, ms); the button waits for `header.stopping` a while. */
   private stopSentAt: number | null = null;
   private lastNotices = "";
@@ -55,6 +56,7 @@ export class HeaderView {
         h("span", { class: "nbtrain-buttons" }, this.mlflow, this.resume, this.stop),
       ),
       h("div", { class: "nbtrain-header-row" }, this.step, this.progress),
+      this.detail,
       this.notices,
     );
   }
@@ -100,6 +102,10 @@ export class HeaderView {
 
     show(this.mlflow, Boolean(header.tracking_url));
     if (header.tracking_url) setAttr(this.mlflow, "href", header.tracking_url);
+
+    const detail = terminal ? "" : header.detail;
+    setText(this.detail, detail);
+    show(this.detail, detail !== "");
 
     const notices = header.notices.join("\n");
     if (notices !== this.lastNotices) {

@@ -33,6 +33,8 @@ export interface Header {
   total: number | null;
   attempt: number;
   notices: string[];
+  /** What the backend says the run is doing now (queued and why, waiting for pods, a stall); "" when nothing. */
+  detail: string;
   tracking_url: string | null;
   can_resume: boolean;
   stopping: boolean;
@@ -163,6 +165,7 @@ const EMPTY_HEADER: Header = {
   total: null,
   attempt: 0,
   notices: [],
+  detail: "",
   tracking_url: null,
   can_resume: false,
   stopping: false,

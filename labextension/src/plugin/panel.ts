@@ -52,6 +52,7 @@ class RunRow {
   private readonly start = el("span", "nbtrain-Run-start");
   private readonly step = el("span", "nbtrain-Run-step");
   private readonly failure = el("div", "nbtrain-Run-failure");
+  private readonly detail = el("div", "nbtrain-Run-detail");
   private readonly buttons = new Map<string, HTMLButtonElement>();
 
   constructor(
@@ -77,7 +78,8 @@ class RunRow {
       this.buttons.set(action.id, button);
       actions.append(button);
     }
-    this.node.append(title, this.id, this.gang, this.times, this.failure, actions);
+    this.detail.dataset.testid = "nbtrain-run-detail";
+    this.node.append(title, this.id, this.gang, this.times, this.detail, this.failure, actions);
   }
 
   update(run: RunSummary, receivedAt: number, now: number): void {
@@ -92,6 +94,8 @@ class RunRow {
     this.step.textContent = stepText(run);
     this.failure.textContent = run.failure ?? "";
     this.failure.hidden = run.failure === null;
+    this.detail.textContent = run.detail ?? "";
+    this.detail.hidden = run.detail === null;
     for (const [id, button] of this.buttons) {
       const args = { runId: run.id };
       button.disabled = !this.commands.isEnabled(id, args);

@@ -44,6 +44,8 @@ export interface RunSummary {
   trackingUrl: string | null;
   attachCode: string;
   canResume: boolean;
+  /** What the backend says the run is doing now while it is active (queued with its reason, a stall), else null. */
+  detail: string | null;
 }
 
 /** `POST /nbtrain/export`'s answer: the job directory (relative to the server root) and its files. */
@@ -106,6 +108,7 @@ export function parseRunSummary(value: unknown): RunSummary | null {
     trackingUrl: str(value.tracking_url),
     attachCode: str(value.attach_code) ?? `import nbtrain\nrun = nbtrain.attach(${JSON.stringify(id)})\nrun.show()`,
     canResume: value.can_resume === true,
+    detail: str(value.detail),
   };
 }
 

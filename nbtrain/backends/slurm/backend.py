@@ -221,7 +221,7 @@ class SlurmBackend(StoreBackedBackend):
         jobs = cli.jobs()
         job = jobs.get(job_id)
         if job is not None and job.pending:
-            return RunStatus(RunState.PENDING, attempt, detail=queued_detail(job, jobs))
+            return RunStatus(RunState.QUEUED, attempt, detail=queued_detail(job, jobs))
         if job is not None and not job.ended:
             return found or RunStatus(RunState.STARTING, attempt, detail=f"Slurm job {job_id} {job.state.lower()}")
         # the job is over (or gone): the supervisor's verdict, or Slurm's

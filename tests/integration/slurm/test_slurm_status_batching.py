@@ -46,7 +46,7 @@ def test_the_status_of_many_runs_within_a_second_costs_one_scontrol_call(
         statuses = [backend.status(handle) for _ in range(5) for handle in handles]
         elapsed = time.monotonic() - begin
         assert elapsed < cli.JOB_CACHE_S, f"{len(statuses)} status calls took {elapsed:.2f} s: the test cannot tell"
-        assert [s.state for s in statuses] == [RunState.PENDING] * len(statuses), statuses
+        assert [s.state for s in statuses] == [RunState.QUEUED] * len(statuses), statuses
         assert len(queries) == 1, f"{len(statuses)} status calls of {RUNS} runs cost {len(queries)} scontrol calls"
         time.sleep(cli.JOB_CACHE_S - (time.monotonic() - queries[0]) + 0.05)
         backend.status(handles[0])

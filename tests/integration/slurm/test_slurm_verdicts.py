@@ -39,23 +39,21 @@ def _wait_line(run, text: str, timeout: float = 90) -> None:  # type: ignore[no-
 
 
 def test_a_queued_run_shows_slurms_reason_and_its_position(home: Path, slurm_cluster: Cluster) -> None:
-    run, backend = _submit(home, "1\n", partition="down", nodes=1)
+    run, _backend = _submit(home, "1\n", partition="down", nodes=1)
     try:
         deadline = time.monotonic() + 20
-        status = backend.status(run.handle) if hasattr(run, "handle") else None
-        from nbtrain.backends.base import RunHandle
-
-        handle = RunHandle("slurm", run.id, Store(home).load(run.id).handle)
-        while True:
-            status = backend.status(handle)
-            if "PartitionDown" in status.detail or time.monotonic() > deadline:
-                break
+        while "PartitionDown" not in run.snapshot(refresh=True).detail:
+            assert time.monotonic() < deadline, f"Slurm's reason never showed: {run.snapshot().detail!r}"
             time.sleep(0.3)
-        assert status.state is RunState.PENDING, status
-        assert status.detail.startswith("queued: PartitionDown (position 1"), status.detail
+        assert run.status() is RunState.QUEUED
+        # where the user looks: the summary (and the monitor's text form), the wire row of REST / --json / the panel
+        assert "  now: queued: PartitionDown (position 1" in run.summary(), run.summary()
+        row = run.snapshot().summary()
+        assert row.state == "queued" and (row.detail or "").startswith("queued: PartitionDown (position 1"), row
     finally:
         run.cancel()
     assert run.status() is RunState.CANCELLED
+    assert run.snapshot().summary().detail is None  # an ended run says nothing of what it is doing
 
 
 @pytest.mark.parametrize(("spec", "said"), [
