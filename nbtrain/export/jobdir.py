@@ -11,6 +11,7 @@ Layout::
     README.md         what is here and the exact commands
     k8s/<flavor>.yaml the kubernetes backend's manifests, or k8s/README.md saying why there are none
     job.sbatch        the job as a Slurm batch job that needs no nbtrain (``sbatch job.sbatch``)
+    accelerate.yaml   the generated Accelerate config every exported command passes (accelerate-cpu.yaml: CPU)
 
 Reading a directory rebuilds the very bundle that was exported (same files, same manifest, same
 digest); a train.py edited after export is refused unless the caller accepts edits, in which case the
@@ -35,6 +36,7 @@ from nbtrain.errors import SpecError
 from nbtrain.secrets import looks_secret
 from nbtrain.spec import JobSpec
 
+from .accelconfig import export_accelerate_configs
 from .manifests import Manifests, kubernetes_manifests
 from .parameters import ENV_NAME, Parameter, params_env, text_of
 from .readme import job_readme
@@ -135,6 +137,7 @@ def build_job_files(
     files[TOML_NAME] = dump_job_toml(spec, list(parameters), source).encode()
 
     files[SBATCH_NAME] = export_sbatch_script(spec).encode()
+    files.update((name, text.encode()) for name, text in export_accelerate_configs(spec).items())
 
     manifests = manifests if manifests is not None else kubernetes_manifests(spec, bundle)
     k8s_names: dict[str, str] = {}

@@ -7,8 +7,9 @@ from collections.abc import Mapping, Sequence
 
 from nbtrain.backends.launch import LaunchTarget, accelerate_argv
 from nbtrain.bundle.render import comment_text
-from nbtrain.spec import JobSpec
+from nbtrain.spec import JobSpec, Strategy
 
+from .accelconfig import CPU_CONFIG, GPU_CONFIG, config_name
 from .parameters import Parameter, text_of
 from .sbatch import SBATCH_NAME, uses_gpu
 
@@ -18,7 +19,7 @@ __all__ = ["job_readme"]
 def _launch(spec: JobSpec, *, use_gpu: bool, node_rank: int, address: str, params: str) -> str:
     argv = accelerate_argv(
         spec, python="python", use_gpu=use_gpu, node_rank=node_rank, main_address=address, main_port=29500,
-        target=LaunchTarget("train.py", module=False),
+        target=LaunchTarget("train.py", module=False), config_file=config_name(use_gpu),
     )
     # argv is [python, -m, accelerate.commands.launch, ...]: the same as the `accelerate launch` command
     return "accelerate launch " + shlex.join(argv[3:]) + params
@@ -84,9 +85,10 @@ def job_readme(
     if spec.nodes == 1:
         lines.append("# GPUs")
         lines.append(_launch(spec, use_gpu=True, node_rank=0, address="127.0.0.1", params=example))
-        lines.append("# CPU only (gloo)")
-        lines.append("ACCELERATE_USE_CPU=1 " + _launch(spec, use_gpu=False, node_rank=0, address="127.0.0.1",
-                                                        params=example))
+        if spec.strategy is Strategy.DDP:  # FSDP and DeepSpeed need GPUs (on CPU they fail or train plain DDP)
+            lines.append("# CPU only (gloo)")
+            lines.append("ACCELERATE_USE_CPU=1 " + _launch(spec, use_gpu=False, node_rank=0, address="127.0.0.1",
+                                                            params=example))
     else:
         lines.append(f"# on node i of the gang (i = 0 .. {spec.nodes - 1}), with MAIN_HOST the address of node 0")
         lines.append(
@@ -94,7 +96,10 @@ def job_readme(
                 "--machine_rank 0", "--machine_rank $i"
             ).replace("MAIN_HOST", "$MAIN_HOST")
         )
-    lines += ["```", ""]
+    lines += ["```", "",
+              f"Each command passes the Accelerate config nbtrain generated for the job (`{GPU_CONFIG}`, "
+              f"`{CPU_CONFIG}` for a CPU gang): your own `default_config.yaml` does not change it, and the "
+              "strategy's options live there. Run them from this directory.", ""]
     lines += _slurm_section(spec)
     if parameters:
         lines += ["## Parameters", "",
@@ -112,6 +117,8 @@ def job_readme(
         "requirements.txt": "pinned versions, from the exporting environment, of the packages the job imports",
         "README.md": "this file",
         SBATCH_NAME: "the job as a Slurm batch job that needs no nbtrain: `sbatch job.sbatch`",
+        GPU_CONFIG: "the Accelerate config every GPU command here passes (`--config_file`): the gang and strategy",
+        CPU_CONFIG: "the Accelerate config of a CPU (gloo) launch",
     }
     for rel in files:
         if rel in described:

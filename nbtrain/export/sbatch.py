@@ -7,10 +7,13 @@
                         exclusive and the extra --sbatch options): nbtrain.backends.slurm.script.sbatch_options
     MAIN_ADDR           the first node's NodeAddr, asked from Slurm (node names need not resolve as hosts)
     MAIN_PORT           a free port of the batch host (the allocation's first node, where rank 0's node runs)
-    srun ... --ntasks-per-node=1 --kill-on-bad-exit=1 sh -c 'exec accelerate launch --machine_rank $SLURM_NODEID'
+    srun ... --ntasks-per-node=1 --kill-on-bad-exit=1 sh -c 'exec accelerate launch --config_file accelerate.yaml
+                        --machine_rank $SLURM_NODEID ...'
 
 The accelerate command comes from :func:`nbtrain.backends.launch.accelerate_argv` (the one place that knows its
-flags); only the per-node values are shell variables. A CPU spec (``--device cpu``) runs a gloo gang
+flags); only the per-node values are shell variables. It passes the job directory's generated Accelerate config
+(:mod:`.accelconfig`, a path relative to the directory the job runs in), so no user-level config bends the job
+and the FSDP/DeepSpeed options of the spec hold. A CPU spec (``--device cpu``) runs a gloo gang
 (``ACCELERATE_USE_CPU=1``); ``gpu`` and ``auto`` ask Slurm for GPUs (export with ``--device cpu`` for a partition
 without them). Python is ``$PYTHON`` (default ``python3``): an environment with torch and accelerate that every
 node reaches at the same path.
@@ -24,6 +27,8 @@ from nbtrain.backends.launch import LaunchTarget, accelerate_argv, device_env
 from nbtrain.backends.slurm.script import sbatch_options
 from nbtrain.bundle.render import comment_text
 from nbtrain.spec import Device, JobSpec
+
+from .accelconfig import config_name
 
 __all__ = ["SBATCH_NAME", "export_sbatch_script", "uses_gpu"]
 
@@ -41,7 +46,8 @@ def uses_gpu(spec: JobSpec) -> bool:
 def _node_command(spec: JobSpec, *, use_gpu: bool) -> str:
     """The shell text each node's task runs: ``exec $PYTHON -m accelerate.commands.launch ... train.py``."""
     argv = accelerate_argv(spec, python=_PY, use_gpu=use_gpu, node_rank=_RANK, main_address=_ADDR,
-                           main_port=_PORT, target=LaunchTarget("train.py", module=False))
+                           main_port=_PORT, target=LaunchTarget("train.py", module=False),
+                           config_file=config_name(use_gpu))
     values = {_PY: '"$PYTHON"', _RANK: '"$SLURM_NODEID"', _ADDR: '"$MAIN_ADDR"', str(_PORT): '"$MAIN_PORT"'}
     return "exec " + " ".join(values.get(arg, shlex.quote(arg)) for arg in argv)
 

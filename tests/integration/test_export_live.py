@@ -35,8 +35,8 @@ def test_export_from_the_kernel(shell: Any, run_cell: Any, tmp_path: Path, monke
     assert f"to {job}" in out and "parameters: --RATE (float), --NAME (str)" in out
     assert "not parameters (the cell does not use them as plain values): missing" in out
     files = sorted(str(p.relative_to(job)) for p in job.rglob("*") if p.is_file() and p.parent == job)
-    assert files == ["README.md", "job.sbatch", "manifest.json", "nbtrain.toml", "objects.pkl", "requirements.txt",
-                     "train.py"]
+    assert files == ["README.md", "accelerate-cpu.yaml", "accelerate.yaml", "job.sbatch", "manifest.json",
+                     "nbtrain.toml", "objects.pkl", "requirements.txt", "train.py"]
     manifest = json.loads((job / "manifest.json").read_text())
     assert {c["name"]: c["kind"] for c in manifest["captured"]}["table"] == "pickle"
     assert any(p.startswith("cloudpickle==") for p in (job / "requirements.txt").read_text().splitlines())

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from nbtrain.export.accelconfig import export_accelerate_configs
 from nbtrain.export.sbatch import SBATCH_NAME, export_sbatch_script
 from nbtrain.spec import JobSpec
 
@@ -73,9 +74,12 @@ print(json.dumps({k: getattr(args, k) for k in ("multi_gpu", "cpu", "num_process
 
 def test_accelerates_validator_accepts_the_node_command(tmp_path: Path) -> None:
     argv = _node_argv(export_sbatch_script(FULL))[4:]
-    env = {**os.environ, "HF_HOME": str(tmp_path), "ACCELERATE_USE_CPU": "1"}
+    assert argv[argv.index("--config_file") + 1] == "accelerate-cpu.yaml"  # relative: the job dir is relocatable
+    for name, text in export_accelerate_configs(FULL).items():  # the job directory, where the task runs
+        (tmp_path / name).write_text(text)
+    env = {**os.environ, "HF_HOME": str(tmp_path / "hf"), "ACCELERATE_USE_CPU": "1"}
     done = subprocess.run([sys.executable, "-c", CHECK], input=json.dumps(argv), capture_output=True, text=True,
-                          env=env, timeout=120, check=False)
+                          env=env, timeout=120, check=False, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result == {"multi_gpu": True, "cpu": False, "num_processes": 4, "num_machines": 2, "machine_rank": 1}

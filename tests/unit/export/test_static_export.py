@@ -59,7 +59,8 @@ def test_job_directory_is_complete_and_train_py_runs(notebook_file: Callable[...
     result = export_notebook(standard(notebook_file), tmp_path / "job")
     job = tmp_path / "job"
     names = sorted(str(p.relative_to(job)) for p in job.rglob("*") if p.is_file())
-    assert names == ["README.md", "job.sbatch", "k8s/README.md", "manifest.json", "nbtrain.toml", "requirements.txt", "train.py"]
+    assert names == ["README.md", "accelerate-cpu.yaml", "accelerate.yaml", "job.sbatch", "k8s/README.md", "manifest.json",
+                     "nbtrain.toml", "requirements.txt", "train.py"]
     assert result.cell.startswith("cell 6 (id ")
     assert (result.spec.nodes, result.spec.procs_per_node, result.spec.name) == (2, 3, "demo")
 
