@@ -77,7 +77,9 @@ def blame_node(chosen: Failure | None, srun_output: str, *, node_of: Mapping[int
 
     ``chosen`` is what the rank evidence says (None: nothing). A rank that reported an exception keeps the blame
     (its own words are better evidence); a rank that merely vanished, or was killed, on another node than the
-    one srun names is taken as collateral of srun ending the step. Returns None to keep ``chosen``.
+    one srun names is taken as collateral of srun ending the step. A rank killed on the very node whose task
+    srun reports ``Killed`` keeps the blame but gets srun's words, which name the node (a rank alone can only
+    guess "killed from outside"). Returns None to keep ``chosen``.
     """
     first = first_task_failure(srun_output)
     failed_node = node_failure(srun_output)
@@ -86,7 +88,7 @@ def blame_node(chosen: Failure | None, srun_output: str, *, node_of: Mapping[int
     if chosen is not None and chosen.exc_type is not None:
         return None
     task = first.task if first is not None else None
-    if chosen is not None and task is not None and chosen.node == task:
+    if chosen is not None and task is not None and chosen.node == task and (first is None or first.exit_code != -9):
         return None
     if task is None:
         return Failure(reason=f"Slurm node {failed_node} failed during the step (srun: Node failure on "
@@ -94,7 +96,7 @@ def blame_node(chosen: Failure | None, srun_output: str, *, node_of: Mapping[int
                               f"--sbatch exclude={failed_node}", rank=None, node=None)
     assert first is not None
     ranks = sorted(rank for rank, node in node_of.items() if node == task)
-    rank = ranks[0] if ranks else None
+    rank = chosen.rank if chosen is not None and chosen.node == task else ranks[0] if ranks else None
     if first.exit_code == -9:
         reason = (f"the processes of node {task} ({first.node_name}) were killed (srun: {first.said}): the node "
                   "failed, or its memory ran out; check the node with `scontrol show node "

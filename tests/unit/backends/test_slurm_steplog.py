@@ -36,8 +36,18 @@ def test_a_rank_that_raised_keeps_the_blame() -> None:
 
 
 def test_evidence_that_agrees_with_srun_is_kept() -> None:
-    same = Failure(reason="killed", rank=3, node=1, exit_code=-9)
-    assert blame_node(same, DEAD_NODE, node_of=NODE_OF, last_lines={}) is None
+    text = "srun: error: n2: task 1: Exited with exit code 3\nsrun: forcing job termination\n"
+    same = Failure(reason="exited", rank=3, node=1, exit_code=3)
+    assert blame_node(same, text, node_of=NODE_OF, last_lines={}) is None
+
+
+def test_a_rank_killed_on_the_node_srun_names_keeps_the_blame_in_srun_words() -> None:
+    killed = Failure(reason="killed from outside (often the kernel's OOM killer)", rank=3, node=1, exit_code=-9,
+                     signal="SIGKILL")
+    blamed = blame_node(killed, DEAD_NODE, node_of=NODE_OF, last_lines={3: ["ready"]})
+    assert blamed is not None and (blamed.rank, blamed.node, blamed.signal, blamed.last_lines) == (
+        3, 1, "SIGKILL", ("ready",))
+    assert "node 1 (n2) were killed (srun: n2: task 1: Killed)" in blamed.reason, blamed.reason
 
 
 def test_nothing_reported_before_termination_keeps_the_ranks_evidence() -> None:
