@@ -28,6 +28,7 @@ from typing import Any
 
 import yaml
 
+from nbtrain.backends.accelerate_config import CONFIG_NAME
 from nbtrain.backends.kubernetes import names as nm
 from nbtrain.backends.kubernetes.pod import EVENT_KEY_FIELD, PodInputs, container_name, pod_template
 from nbtrain.events import encode_event_key
@@ -228,18 +229,37 @@ def owned_by(obj: Mapping[str, Any], owner: Mapping[str, Any]) -> dict[str, Any]
     return out
 
 
+class _Shown(str):
+    """A ConfigMap value ``--dry-run`` prints in full, as a YAML literal block."""
+
+
+class _DescribeDumper(yaml.SafeDumper):
+    pass
+
+
+_DescribeDumper.add_representer(
+    _Shown, lambda dumper, text: dumper.represent_scalar("tag:yaml.org,2002:str", str(text), style="|"))
+
+
+def _shown_in_full(key: str) -> bool:
+    """The generated Accelerate config (``r000-accelerate.yaml``): small, no secrets, and what decides the launch."""
+    return key.startswith("r") and key.split("-", 1)[-1] == CONFIG_NAME
+
+
 def _abridged(obj: Mapping[str, Any]) -> dict[str, Any]:
-    """A ConfigMap with its file contents replaced by their sizes (for printing)."""
+    """A ConfigMap with its file contents replaced by their sizes (for printing), except the Accelerate config's text."""
     out = dict(obj)
     for field in ("data", "binaryData"):
         if field in out:
-            out[field] = {k: f"<{len(v)} {'base64 ' if field == 'binaryData' else ''}characters>"
+            out[field] = {k: _Shown(v) if field == "data" and _shown_in_full(k) else
+                          f"<{len(v)} {'base64 ' if field == 'binaryData' else ''}characters>"
                           for k, v in out[field].items()}
     return out
 
 
 def describe(objects: list[dict[str, Any]]) -> str:
-    """The YAML of ``objects`` as ``--dry-run`` prints it (ConfigMap file contents abridged, no Secret data)."""
+    """The YAML of ``objects`` as ``--dry-run`` prints it (ConfigMap file contents abridged but the generated
+    Accelerate config shown in full, no Secret data)."""
     docs = []
     for obj in objects:
         shown = _abridged(obj) if obj.get("kind") == "ConfigMap" else redacted(obj)
@@ -250,5 +270,6 @@ def describe(objects: list[dict[str, Any]]) -> str:
         if obj.get("kind") == "Secret":
             head += (f"# data.{EVENT_KEY_FIELD}: a fresh random event key, made at submit and sent only to the API "
                      "(the pods tag their event lines with it)\n")
-        docs.append(head + yaml.safe_dump(shown, sort_keys=False, default_flow_style=False, width=120))
+        docs.append(head + yaml.dump(shown, Dumper=_DescribeDumper, sort_keys=False, default_flow_style=False,
+                                     width=120))
     return "---\n" + "---\n".join(docs)

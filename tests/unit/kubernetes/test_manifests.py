@@ -394,3 +394,16 @@ def test_the_pod_command_is_the_preflight_that_checks_the_image_then_execs_the_l
     ok = subprocess.run([sys.executable, "-c", script, "--image", "python:3.11", "--need", "json",
                          "--", sys.executable, "-c", "print('launched')"], capture_output=True, text=True, timeout=60)
     assert ok.returncode == 0 and ok.stdout == "launched\n"
+
+
+def test_dry_run_shows_the_generated_accelerate_config_and_abridges_the_bundle(make_plan: MakePlan) -> None:
+    plan = make_plan(procs_per_node=2, device="gpu", strategy="deepspeed", zero_stage=3, gradient_accumulation=4)
+    configmap = plan.request["objects"][2]
+    (key,) = [k for k in configmap["data"] if k.endswith("-accelerate.yaml")]
+    shown = plan.request["describe"]
+    printed = yaml.safe_load(shown.split("---\n")[3])  # the ConfigMap's document, as --dry-run prints it
+    assert printed["kind"] == "ConfigMap" and printed["data"][key] == configmap["data"][key]
+    config = yaml.safe_load(printed["data"][key])
+    assert config["deepspeed_config"]["zero_stage"] == 3 and config["deepspeed_config"]["gradient_accumulation_steps"] == 4
+    assert re.fullmatch(r"<\d+ characters>", printed["data"]["b000-main.py"])  # the bundle stays abridged
+    assert "zero_stage: 3" in shown  # readable, not an escaped one-line string
