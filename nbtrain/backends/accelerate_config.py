@@ -20,8 +20,8 @@ import yaml
 
 from nbtrain.spec import JobSpec, MixedPrecision, Strategy
 
-__all__ = ["CONFIG_NAME", "LAUNCH_KEYS", "accelerate_config", "deepspeed_config", "distributed_type", "fsdp_config",
-           "read_team_config", "render", "strategy_refusal"]
+__all__ = ["CONFIG_NAME", "LAUNCH_KEYS", "TEAM_RULE", "accelerate_config", "deepspeed_config", "distributed_type",
+           "from_team_file", "fsdp_config", "read_team_config", "render", "strategy_refusal", "team_notice"]
 
 CONFIG_NAME = "accelerate.yaml"  # in each attempt's directory
 
@@ -93,11 +93,14 @@ def distributed_type(spec: JobSpec, use_gpu: bool) -> str:
 
 def accelerate_config(spec: JobSpec, *, use_gpu: bool, main_address: str, main_port: int,
                        team: Mapping[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, str]]:
-    """The complete config of one attempt, and where each top-level key came from ("nbtrain" or "your file").
+    """The complete config of one attempt, and where each key came from ("nbtrain", "your file", or for
+    ``fsdp_config``/``deepspeed_config`` "nbtrain + your file"; a nested key the file decided is listed as
+    ``"deepspeed_config.zero_stage": "your file"``).
 
     ``team`` is the parsed ``--accelerate-config`` file: its keys come through except the gang's shape and
-    rendezvous (:data:`LAUNCH_KEYS`); inside ``fsdp_config``/``deepspeed_config`` its values win over
-    nbtrain's defaults but not over strategy options given explicitly (values other than the defaults).
+    rendezvous (:data:`LAUNCH_KEYS`). Inside ``fsdp_config``/``deepspeed_config`` the rule is :data:`TEAM_RULE`:
+    the spec holds values, not where they came from, so a strategy option counts as given when its value
+    differs from nbtrain's default; one equal to the default (``--zero-stage 2``) leaves the file's value.
     The machine rank is given per node on the command line.
     """
     mixed = spec.mixed_precision if use_gpu else MixedPrecision.NO
@@ -139,7 +142,26 @@ def accelerate_config(spec: JobSpec, *, use_gpu: bool, main_address: str, main_p
         explicit = {k: v for k, v in mine.items() if defaults.get(k) != v}
         config[name] = {**mine, **theirs, **explicit}
         source[name] = "nbtrain + your file" if theirs else "nbtrain"
+        source.update((f"{name}.{key}", "your file") for key in sorted(theirs) if key not in explicit)
     return config, source
+
+
+#: How a team's file and the strategy options meet, as the notice and the docs say it.
+TEAM_RULE = ("a strategy option (--fsdp-*, --zero-*, --gradient-accumulation) wins over your file only with a value "
+             "other than nbtrain's default: one left at or set to its default (e.g. --zero-stage 2) leaves your "
+             "file's value")
+
+
+def from_team_file(source: Mapping[str, str]) -> list[str]:
+    """The keys of :func:`accelerate_config`'s ``source`` whose value is the team file's (nested ones dotted)."""
+    return sorted(k for k, v in source.items() if v == "your file")
+
+
+def team_notice(path: str, source: Mapping[str, str]) -> str:
+    """The notice of a run merged with ``--accelerate-config PATH``: what came from the file, and the rules."""
+    taken = from_team_file(source)
+    return (f"--accelerate-config {path}: used {', '.join(taken) or 'nothing'} from your file; nbtrain keeps the "
+            f"gang's shape and rendezvous ({', '.join(sorted(LAUNCH_KEYS))}); {TEAM_RULE}")
 
 
 def render(config: dict[str, Any]) -> str:

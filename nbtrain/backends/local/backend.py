@@ -19,11 +19,12 @@ from typing import Any
 
 from nbtrain.backends.accelerate_config import (
     CONFIG_NAME,
-    LAUNCH_KEYS,
     accelerate_config,
+    from_team_file,
     read_team_config,
     render,
     strategy_refusal,
+    team_notice,
 )
 from nbtrain.backends.base import Capabilities, Plan, RunHandle, StoreBackedBackend
 from nbtrain.backends.hang import effective_stall_after
@@ -147,9 +148,7 @@ class LocalBackend(StoreBackedBackend):
         config, source = accelerate_config(spec, use_gpu=use_gpu, main_address="127.0.0.1", main_port=port, team=team)
         config_text = render(config)
         if team is not None:
-            taken = sorted(k for k, v in source.items() if v != "nbtrain")
-            notices.append(f"--accelerate-config {spec.accelerate_config}: used {', '.join(taken) or 'nothing'} from "
-                           f"your file; nbtrain keeps the gang's shape and rendezvous ({', '.join(sorted(LAUNCH_KEYS))})")
+            notices.append(team_notice(str(spec.accelerate_config), source))
         launchers: list[dict[str, Any]] = []
         for node in range(spec.nodes):
             ids = inventory.ids[node * spec.procs : (node + 1) * spec.procs] if use_gpu else ()
@@ -181,6 +180,8 @@ class LocalBackend(StoreBackedBackend):
              f"rendezvous: 127.0.0.1:{port}"]
             + [f"node {x['node']} (ranks {x['ranks'][0]}-{x['ranks'][-1]}): " + " ".join(x["argv"]) for x in launchers]
             + [f"accelerate config ({config_path}):", *("  " + line for line in config_text.splitlines())]
+            + ([f"  from your file {spec.accelerate_config}: {', '.join(from_team_file(source)) or 'nothing'}"]
+               if team is not None else [])
         )
         request: dict[str, Any] = {
             "run_id": run_id,
