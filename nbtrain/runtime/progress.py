@@ -12,16 +12,22 @@ from __future__ import annotations
 
 import faulthandler
 import functools
+import os
+import signal
 import sys
 import threading
 import time
 from typing import Any
 
-__all__ = ["COLLECTIVES", "ENV_STALL_S", "STACKS_HEADER", "advance", "report", "self_check", "start",
-           "wrap_collectives"]
+from nbtrain.runtime.watchdog import ENV_SUPERVISOR
+
+__all__ = ["COLLECTIVES", "ENV_STALL_S", "STACKS_HEADER", "STACKS_SIGNAL_NAME", "advance", "dump_on_signal", "report",
+           "self_check", "start", "wrap_collectives"]
 
 ENV_STALL_S = "NBTRAIN_STALL_S"
 STACKS_HEADER = "[nbtrain] stacks of every thread of rank"  # the triage finds dumps by this line
+# Not used by torch, its elastic agent (unless told to forward it) or Accelerate; Slurm jobs often use SIGUSR1.
+STACKS_SIGNAL_NAME = "SIGUSR2"
 COLLECTIVES = ("all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object", "all_to_all",
                "all_to_all_single", "barrier", "broadcast", "broadcast_object_list", "gather", "gather_object",
                "reduce", "reduce_scatter", "reduce_scatter_tensor", "scatter", "scatter_object_list")
@@ -33,6 +39,7 @@ _inside: str | None = None
 _dumped = False
 _failed_in: str | None = None  # the collective an exception came out of
 _progressed = False  # any progress since the bundle started
+_listening = False  # dump_on_signal registered: a local supervisor asks for the stacks
 
 
 def advance() -> None:
@@ -128,9 +135,31 @@ def wrap_collectives() -> None:
         torch.autograd.backward = _wrap(DDP_BACKWARD, torch.autograd.backward, when=_ddp_in_use)
 
 
+def dump_on_signal() -> int | None:
+    """Dump every thread's stack to stderr (the rank's log) on :data:`STACKS_SIGNAL`; returns its number.
+
+    faulthandler's handler is C: it writes the stacks even while the main thread holds the GIL in a C call (where
+    the heartbeat thread, and :func:`self_check`, cannot run). The supervisor sends the signal to stalled ranks
+    after writing :data:`STACKS_HEADER` into their logs. None where the platform has no such signal.
+    """
+    global _listening
+    number = getattr(signal, STACKS_SIGNAL_NAME, None)
+    if number is None:
+        return None
+    faulthandler.register(number, file=sys.stderr, all_threads=True, chain=False)
+    _listening = True
+    return int(number)
+
+
 def self_check(rank: int, stall_s: float) -> None:
-    """Called by the heartbeat: dump every thread's stack into this rank's log once per stall."""
+    """Called by the heartbeat: dump every thread's stack into this rank's log once per stall.
+
+    Skipped under a local supervisor (``NBTRAIN_SUPERVISOR`` set): it signals the stalled ranks itself
+    (:func:`dump_on_signal`), which also works when this thread cannot run, and two dumps would interleave.
+    """
     global _dumped
+    if _listening and os.environ.get(ENV_SUPERVISOR):
+        return
     with _lock:
         idle = time.monotonic() - _last
         if stall_s <= 0 or idle < stall_s or _dumped:

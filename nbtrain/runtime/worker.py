@@ -292,6 +292,7 @@ def main(argv: list[str] | None = None) -> None:
         pid=os.getpid(),
         host=socket.gethostname(),
         world_size=ctx.world_size,
+        stacks_signal=progress.dump_on_signal(),  # the supervisor signals only ranks that said they listen
     )
     watchdog.watch_supervisor(rank)
     stop = threading.Event()

@@ -43,6 +43,22 @@ if accelerator.process_index == 1:
 accelerator.backward(loss)
 '''
 
+GIL_CELL = '''%%distributed --nodes 1 --gpus 2 --name gil --out run --stall-after 5 --hang-timeout 15
+import ctypes
+import torch
+import torch.distributed as dist
+from accelerate import Accelerator
+accelerator = Accelerator()
+t = torch.ones(1)
+if accelerator.process_index == 1:
+    # a self-deadlock in C holding the GIL (PyDLL keeps it; a signal does not end a mutex wait, unlike sleep()):
+    # no Python thread of this rank runs again, its heartbeat included
+    libc, mutex = ctypes.PyDLL(None), ctypes.create_string_buffer(64)  # zeroed = PTHREAD_MUTEX_INITIALIZER
+    libc.pthread_mutex_lock(mutex)
+    libc.pthread_mutex_lock(mutex)
+dist.all_reduce(t)
+'''
+
 DESYNC_CELL = '''%%distributed --nodes 1 --gpus 2 --name desync --out run --stall-after 3 --hang-timeout 8
 import torch
 import torch.distributed as dist
@@ -118,3 +134,28 @@ def test_a_rank_stuck_before_ddps_gradient_all_reduce_is_named_and_the_peer_seen
     assert failure.rank == 1, failure.summary()
     assert "rank 1 stuck outside any collective" in failure.reason, failure.reason
     assert "rank 0 wait in DDP's gradient all_reduce (in backward)" in failure.reason, failure.reason
+
+
+def test_a_rank_stuck_in_c_holding_the_gil_before_any_progress_is_stalled_with_its_stack(
+        shell: Any, run_cell: Any) -> None:
+    shell.run_cell("import nbtrain")
+    run_cell(GIL_CELL)
+    run = shell.user_ns["run"]
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and "rank 1 stuck" not in run.snapshot().detail:
+        time.sleep(0.2)
+    detail = run.snapshot().detail
+    assert "rank 1 stuck outside any collective" in detail, detail  # judged although no rank ever progressed
+    while time.monotonic() < deadline and "stacks of the stalled ranks" not in run.snapshot().detail:
+        time.sleep(0.2)  # the stacks follow the stall notice (before --hang-timeout)
+    detail = run.snapshot().detail
+    assert "rank 1:" in detail and "main.py" in detail.split("rank 1:", 1)[1], detail
+    with pytest.raises(RunFailedError) as caught:
+        run.wait(timeout=60, progress=False)
+    failure = caught.value.failure
+    assert failure is not None and failure.rank == 1, failure
+    stacks = failure.traceback or ""
+    assert "rank 1:" in stacks, failure.summary()
+    rank1 = stacks.split("rank 1:", 1)[1]
+    assert "asked by the supervisor" in rank1 and "main.py" in rank1 and "in <module>" in rank1, rank1
+    assert "main.py" in run.logs(rank=1)

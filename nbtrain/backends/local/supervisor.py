@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import IO, Any, NoReturn
 
 from nbtrain.backends.hang import Assessment, RankProgress, assess, desync_at_failure, effective_stall_after
-from nbtrain.backends.local import procs
+from nbtrain.backends.local import procs, stacks
 from nbtrain.backends.verdict import Cause, Clock, Decision, Observation, Rules, decide
 from nbtrain.events import Event, EventKind, EventWriter, FileTail, parse_line
 from nbtrain.model import Failure, RunState
@@ -39,6 +39,7 @@ RULES = Rules(done_grace_s=3.0, failure_settle_s=0.3, cancel_wait_s=0.0)
 RESERVE = ".verdict-reserve"  # freed when the disk is full, so the verdict can be written
 RESERVE_BYTES = 256 * 1024
 LAST_LINES = 40
+STACKS_WAIT_S = 0.5  # how long a stall's detail waits for the signalled ranks' stack dumps
 
 
 def _pid_gone(pid: int) -> tuple[bool, int | None]:
@@ -64,6 +65,11 @@ def _die_with_parent() -> None:
         libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass  # not Linux: the ranks' own supervisor watchdog still ends the gang
+
+
+def _gist(stall: Assessment | None) -> tuple[str, tuple[int, ...], tuple[int, ...]] | None:
+    """What a stall notice reports: a change of it is reported again (the idle seconds are not)."""
+    return None if stall is None else (stall.kind, stall.stalled, stall.culprits)
 
 
 class Supervisor:
@@ -96,6 +102,9 @@ class Supervisor:
         self.final: dict[int, Event] = {}  # RANK_DONE of each finished rank (its final collective count)
         self.stall: Assessment | None = None
         self.rank_started: dict[int, float] = {}  # RANK_START times: a rank silent since then is idle since then
+        self.listeners: dict[int, stacks.Listener | None] = {}  # ranks here that dump their stacks on a signal
+        self.stall_stacks = ""  # the stalled ranks' stacks, once dumped: shown below the stall in the detail
+        self.stacks_due: dict[int, float] = {}  # rank asked for its stacks -> when to stop waiting for them
         hang = self.plan.get("hang_timeout_s")
         self.hang_timeout: float | None = float(hang) if hang else None
         self.stall_after = effective_stall_after(self.plan.get("stall_after_s"), self.hang_timeout)
@@ -123,7 +132,7 @@ class Supervisor:
                     {"node": i, "pid": p.pid, "exit_code": p.poll()} for i, p in enumerate(self.launchers)
                 ],
                 "updated": time.time(),
-                "detail": f"stalled: {self.stall.message}" if self.stall is not None else "",
+                "detail": f"stalled: {self.stall.message}{self.stall_stacks}" if self.stall is not None else "",
             },
         )
 
@@ -170,6 +179,7 @@ class Supervisor:
                 if event.kind is EventKind.RANK_START:
                     self.pids[rank] = int(event.data.get("pid", 0))
                     self.rank_started[rank] = event.time
+                    self.listeners[rank] = stacks.listener(event.data)
                 elif event.kind is EventKind.RANK_ERROR:
                     self.errors.setdefault(rank, event)
                 elif event.kind is EventKind.RANK_DONE:
@@ -300,12 +310,16 @@ class Supervisor:
     def _watch_progress(self) -> bool:
         """Report a stall (or its end) once; True when it has lasted ``--hang-timeout``."""
         assessment = self._assess()
-        if (assessment is None) != (self.stall is None) or (
-                assessment is not None and self.stall is not None and assessment.kind != self.stall.kind):
+        if _gist(assessment) != _gist(self.stall):  # a new stall, or new culprits (a late rank's first report)
+            self.stall_stacks, self.stacks_due = "", {}
+            if assessment is not None:
+                self._ask_stacks(assessment)
             self.stall = assessment
             self.out.emit(EventKind.NOTICE, message=f"stalled: {assessment.message}" if assessment else
                           "progress resumed: every rank is making progress again")
             self._write_status()
+        if self.stacks_due:
+            self._show_stacks()
         if assessment is None or self.hang_timeout is None:
             return False
         self.stall = assessment
@@ -314,18 +328,34 @@ class Supervisor:
                    else now - self.rank_started.get(r, now) for r in assessment.stalled)
         return idle >= self.hang_timeout
 
+    def _ask_stacks(self, assessment: Assessment) -> None:
+        """Signal the stalled ranks on this machine to dump every thread's stack into their logs (see ``stacks``)."""
+        for rank in assessment.stalled:
+            who = self.listeners.get(rank)
+            if who is not None and rank not in self.done:
+                inside = self.beats.get(rank, (0.0, {}))[1].get("in_collective")
+                why = f"waiting in {inside}" if inside else "outside any collective"
+                if stacks.request_stacks(self.logs_dir / f"rank-{rank}.log", rank, who, f"{why}, stalled"):
+                    self.stacks_due[rank] = time.time() + STACKS_WAIT_S
+
+    def _show_stacks(self) -> None:
+        """Once the asked ranks had time to dump their stacks (a C handler: microseconds), show them in the detail."""
+        if time.time() < max(self.stacks_due.values()):
+            return
+        dumps = stacks.collect(self.logs_dir, list(self.stacks_due))
+        self.stacks_due = {}
+        self.stall_stacks = f"\n\nstacks of the stalled ranks:\n{stacks.render(dumps)}" if dumps else ""
+        self._write_status()
+
     def _hang_failure(self) -> Failure:
-        from nbtrain.backends import triage
         from nbtrain.backends.storecursor import tail_lines
 
         assert self.stall is not None
         culprit = self.stall.culprits[0] if self.stall.culprits else None
-        stacks = [f"rank {r}:\n{dump}" for r in self.stall.stalled
-                  if (dump := triage.stack_dump(tail_lines(self.logs_dir / f"rank-{r}.log", 400)))]
         return Failure(
             reason=f"hung: {self.stall.message} (--hang-timeout {self.hang_timeout:g} s)",
             rank=culprit, node=self.node_of.get(culprit) if culprit is not None else None,
-            traceback="\n".join(stacks) or None,
+            traceback=stacks.render(stacks.collect(self.logs_dir, self.stall.stalled)) or None,
             last_lines=tuple(tail_lines(self.logs_dir / f"rank-{culprit}.log", LAST_LINES)) if culprit is not None else (),
         )
 

@@ -1,0 +1,59 @@
+"""Stack dumps on request (nbtrain/backends/local/stacks.py): a real process stuck in C holding the GIL."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from nbtrain.backends.local import stacks
+
+# A rank after worker start-up: faulthandler on the signal, then a self-deadlock in C that holds the GIL.
+STUCK = """
+import ctypes, sys
+from nbtrain.runtime import progress
+progress.dump_on_signal()
+print("ready", flush=True)
+libc, mutex = ctypes.PyDLL(None), ctypes.create_string_buffer(64)
+def deadlock():
+    libc.pthread_mutex_lock(mutex)
+    libc.pthread_mutex_lock(mutex)
+deadlock()
+"""
+
+
+def test_a_process_holding_the_gil_in_c_writes_its_stack_below_the_supervisors_header(tmp_path: Path) -> None:
+    log = tmp_path / "rank-1.log"
+    with open(log, "ab") as out:
+        proc = subprocess.Popen([sys.executable, "-c", STUCK], stdout=subprocess.PIPE, stderr=out)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == b"ready"
+        time.sleep(0.3)  # inside the deadlock
+        who = stacks.listener({"pid": proc.pid, "stacks_signal": int(signal.SIGUSR2), "host": socket.gethostname()})
+        assert who is not None
+        assert stacks.request_stacks(log, 1, who, "outside any collective, stalled")
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and "in deadlock" not in log.read_text():
+            time.sleep(0.05)
+        dumps = stacks.collect(tmp_path, [1, 2])
+        assert list(dumps) == [1]  # rank 2 has no log: nothing for it
+        assert "asked by the supervisor" in dumps[1] and "in deadlock" in dumps[1] and "<string>" in dumps[1]
+        assert stacks.render(dumps).startswith("rank 1:\n")
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_only_ranks_on_this_host_that_listen_are_signalled(tmp_path: Path) -> None:
+    here = socket.gethostname()
+    assert stacks.listener({"pid": os.getpid(), "stacks_signal": 12, "host": "elsewhere"}) is None
+    assert stacks.listener({"pid": os.getpid(), "host": here}) is None  # an older runtime: no handler registered
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    who = stacks.listener({"pid": gone.pid, "stacks_signal": 12, "host": here})
+    assert who is not None and not stacks.request_stacks(tmp_path / "rank-0.log", 0, who, "stalled")
+    assert not (tmp_path / "rank-0.log").exists()
