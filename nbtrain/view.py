@@ -157,6 +157,8 @@ class RankInfo:
     host: str | None = None
     last_step: int | None = None
     last_seen: float | None = None
+    last_progress: float | None = None  # its last step, metric or finished collective (its start before any)
+    stalled: bool = False  # named in the supervisor's latest stall notice
     done: bool = False
     error: str | None = None
     env: dict[str, Any] = field(default_factory=dict)
@@ -222,20 +224,29 @@ class RunView:
             message = str(data.get("message", ""))
             if message and message not in self.notices:
                 self.notices.append(message)
+            if isinstance(data.get("stalled"), list):  # the supervisor's stall notice (an empty list: resumed)
+                for rank in data["stalled"]:
+                    self.ranks.setdefault(int(rank), RankInfo(int(rank)))
+                for info in self.ranks.values():
+                    info.stalled = info.rank in data["stalled"]
         elif event.rank is not None:
             info = self.ranks.setdefault(event.rank, RankInfo(event.rank))
             info.last_seen = event.time
             if kind is EventKind.RANK_START:
                 info.node, info.pid, info.host = data.get("node"), data.get("pid"), data.get("host")
+                info.last_progress = event.time
             elif kind is EventKind.ENV:
                 info.env = dict(data)
             elif kind is EventKind.METRIC:
                 info.last_step = int(data["step"])
+                info.last_progress = event.time
                 if data.get("total") is not None:
                     self.total = int(data["total"])
             elif kind is EventKind.HEARTBEAT:  # progress: the step the rank is at, metrics or not
                 if data.get("step") is not None:
                     info.last_step = int(data["step"])
+                if isinstance(data.get("idle_s"), (int, float)):  # seconds since its last progress (runtime.progress)
+                    info.last_progress = event.time - float(data["idle_s"])
             elif kind is EventKind.RANK_DONE:
                 info.done = True
                 if data.get("step") is not None:

@@ -42,7 +42,8 @@ class MonitorLimits:
     merged_lines: int = 1000
     chart_points: int = 2000  # per metric key on screen
     kept_points: int = 8000  # per key kept for snapshots (then min/max-decimated over steps)
-    stall_after_s: float = 20.0  # a running rank silent this long is "stalled"
+    stall_after_s: float = 20.0  # a running rank silent this long (not even a heartbeat) is "stalled"
+    progress_stall_s: float = 300.0  # ... and one without progress this long (--stall-after's default)
     straggler_min_gap: int = 3  # steps behind the median before a rank is a straggler
     straggler_fraction: float = 0.1  # ... or this fraction of the median, whichever is larger
 
@@ -65,7 +66,9 @@ def rank_states(ranks: Mapping[int, RankInfo], nodes_count: int, procs: int, now
                 run_state: RunState) -> dict[str, Any]:
     """The rank grid (PROTOCOL.md ``ranks``): per rank state, step, age and straggler flag, grouped by node.
 
-    States: starting (not heard from), running, done, failed, stalled (running but silent for
+    States: starting (not heard from), running, done, failed, stalled (named in the supervisor's stall notice,
+    judged on progress with the run's ``--stall-after``; or running but without progress (a step, a metric, a
+    finished collective: heartbeats say so) for ``limits.progress_stall_s``, or silent for
     ``limits.stall_after_s``), stopped (the run ended around a rank that neither finished nor failed). A straggler is a running rank whose step is behind the median by more
     than ``max(straggler_min_gap, straggler_fraction * median)``.
     """
@@ -77,6 +80,7 @@ def rank_states(ranks: Mapping[int, RankInfo], nodes_count: int, procs: int, now
     for rank in range(world_size):
         info = ranks.get(rank)
         age = round(now - info.last_seen, 1) if info and info.last_seen else None
+        idle = now - info.last_progress if info and info.last_progress else None
         if info is None or (info.pid is None and info.last_step is None and not info.done and not info.error):
             state = "stopped" if run_state.terminal else "starting"
         elif info.error:
@@ -85,7 +89,8 @@ def rank_states(ranks: Mapping[int, RankInfo], nodes_count: int, procs: int, now
             state = "done"
         elif run_state.terminal:
             state = "stopped"
-        elif age is not None and age > limits.stall_after_s:
+        elif info.stalled or (age is not None and age > limits.stall_after_s) or (
+                idle is not None and idle > limits.progress_stall_s):
             state = "stalled"
         else:
             state = "running"

@@ -316,7 +316,8 @@ class Supervisor:
                 self._ask_stacks(assessment)
             self.stall = assessment
             self.out.emit(EventKind.NOTICE, message=f"stalled: {assessment.message}" if assessment else
-                          "progress resumed: every rank is making progress again")
+                          "progress resumed: every rank is making progress again",
+                          stalled=list(assessment.stalled) if assessment else [])  # the monitor's grid marks them
             self._write_status()
         if self.stacks_due:
             self._show_stacks()

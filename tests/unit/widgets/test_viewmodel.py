@@ -81,7 +81,7 @@ def test_stragglers_and_stalled_ranks_stand_out() -> None:
         events.append(feed.event(EventKind.RANK_START, rank, node=rank // 4, pid=rank + 1))
         events.append(feed.event(EventKind.METRIC, rank, step=step, values={"loss": 1.0}))
     _apply(view, model, events)
-    view.ranks[3].last_seen = feed.t - 60  # silent for a minute
+    view.ranks[3].last_seen = feed.t - 60  # silent for a minute (not even a heartbeat)
     grid = model.ranks(view.ranks, RunState.RUNNING, now=feed.t + 1)
     assert grid["median_step"] == 100
     cells = {c[0]: c for node in grid["nodes"] for c in node["ranks"]}
@@ -93,6 +93,32 @@ def test_stragglers_and_stalled_ranks_stand_out() -> None:
     # once the run is over nobody is "stalled" or "running": ranks that did not finish were stopped
     over = model.ranks(view.ranks, RunState.CANCELLED, now=feed.t + 1)["counts"]
     assert over["stalled"] == 0 and over["running"] == 0 and over["stopped"] == 8
+
+
+def test_a_rank_that_keeps_beating_without_progress_is_stalled_and_the_supervisors_stall_marks_its_ranks() -> None:
+    feed, view, model = Feed(), RunView(), _model(nodes=1, procs=3, progress_stall_s=30)
+    events = [feed.event(EventKind.RANK_START, r, node=0, pid=r + 1) for r in range(3)]
+    events += [feed.event(EventKind.METRIC, r, step=5, values={"loss": 1.0}) for r in range(3)]
+    _apply(view, model, events)
+
+    def grid() -> dict[int, str]:
+        cells = model.ranks(view.ranks, RunState.RUNNING, now=feed.t + 0.1)["nodes"][0]["ranks"]
+        return {c[0]: c[1] for c in cells}
+
+    # rank 1's heartbeats keep coming (its heartbeat thread is alive) but report 40 s without progress
+    feed.t += 40
+    beats = [feed.event(EventKind.HEARTBEAT, r, step=5, collectives=3, idle_s=0.5 if r != 1 else 40.0)
+             for r in range(3)]
+    _apply(view, model, beats)
+    assert grid() == {0: "running", 1: "stalled", 2: "running"}
+    # the supervisor's stall notice names rank 2 as well (it judges with the run's --stall-after): marked too
+    _apply(view, model, [feed.event(EventKind.NOTICE, message="stalled: ranks 1, 2 made no progress ...",
+                                    stalled=[1, 2])])
+    assert grid() == {0: "running", 1: "stalled", 2: "stalled"}
+    # progress resumed: the notice clears the mark, the beats say rank 1 moves again
+    _apply(view, model, [feed.event(EventKind.NOTICE, message="progress resumed", stalled=[]),
+                         feed.event(EventKind.HEARTBEAT, 1, step=6, idle_s=0.1)])
+    assert grid() == {0: "running", 1: "running", 2: "running"}
 
 
 def test_rank_grid_scales_to_512_ranks() -> None:
