@@ -24,11 +24,11 @@ from typing import Any
 
 from nbtrain.backends.accelerate_config import (
     CONFIG_NAME,
-    LAUNCH_KEYS,
     accelerate_config,
     read_team_config,
     render,
     strategy_refusal,
+    team_notice,
 )
 from nbtrain.backends.base import Capabilities, Plan, RunHandle, StoreBackedBackend
 from nbtrain.backends.hang import effective_stall_after
@@ -133,9 +133,7 @@ class SlurmBackend(StoreBackedBackend):
         config, source = accelerate_config(spec, use_gpu=use_gpu, main_address="127.0.0.1", main_port=29500, team=team)
         config_text = render(config)
         if team is not None:
-            taken = sorted(k for k, v in source.items() if v != "nbtrain")
-            notices.append(f"--accelerate-config {spec.accelerate_config}: used {', '.join(taken) or 'nothing'} from "
-                           f"your file; nbtrain keeps the gang's shape and rendezvous ({', '.join(sorted(LAUNCH_KEYS))})")
+            notices.append(team_notice(str(spec.accelerate_config), source))
         env = {
             **spec.env,
             rt.ENV_RUN_ID: run_id,
