@@ -24,7 +24,7 @@ def test_stop_reports_and_kills_a_task_that_daemonised_and_nothing_else() -> Non
     try:
         with running_cluster(root) as cluster:
             # outside nbtrain: a batch job whose task leaves a setsid'd sleep behind (proctrack/linuxproc loses it)
-            done = cluster.client("sbatch", "--parsable", "--wrap", "setsid -f sleep 300; sleep 300")
+            done = cluster.client("sbatch", "--parsable", "--output=/dev/null", "--wrap", "setsid -f sleep 300; sleep 300")
             assert done.returncode == 0, done.stderr
             deadline = time.monotonic() + 20
             while not [p for p in cluster.job_processes() if p.what == "sleep 300"]:
