@@ -4,15 +4,12 @@ Capabilities declare is honoured, and `--help` and `nbtrain doctor` list it. Not
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
+from plugin_package import install_plugin_package, nbtrain_with
 
 pytestmark = pytest.mark.slow
 
@@ -34,37 +31,8 @@ class TeamBackend(LocalBackend):
 
 def _install_team_backend(tmp_path: Path) -> Path:
     """Build and pip-install (into a target directory) a distribution declaring an `nbtrain.backends` entry point."""
-    source = tmp_path / "team-backend"
-    (source / "team_backend").mkdir(parents=True)
-    (source / "team_backend" / "__init__.py").write_text(TEAM_MODULE)
-    (source / "pyproject.toml").write_text(textwrap.dedent("""
-        [build-system]
-        requires = ["setuptools"]
-        build-backend = "setuptools.build_meta"
-
-        [project]
-        name = "team-backend"
-        version = "0.3"
-
-        [project.entry-points."nbtrain.backends"]
-        team = "team_backend:TeamBackend"
-
-        [tool.setuptools]
-        packages = ["team_backend"]
-    """))
-    target = tmp_path / "site"
-    done = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--no-index",
-                           "--quiet", "--target", str(target), str(source)], capture_output=True, text=True,
-                          timeout=300)
-    assert done.returncode == 0, done.stderr
-    return target
-
-
-def _nbtrain(site: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]),
-           "NBTRAIN_CONFIG_DIR": str(cwd / "no-config")}
-    return subprocess.run([sys.executable, "-m", "nbtrain", *args], capture_output=True, text=True, timeout=180,
-                          cwd=cwd, env=env)
+    return install_plugin_package(tmp_path, name="team-backend", version="0.3", module="team_backend",
+                                  source=TEAM_MODULE, group="nbtrain.backends", entry="team", target="team_backend:TeamBackend")
 
 
 @pytest.fixture
@@ -74,7 +42,7 @@ def team(home: Path, tmp_path: Path) -> tuple[Path, Path]:
     notebook = tmp_path / "job.ipynb"
     nbformat.write(new_notebook(cells=[new_code_cell("%%distributed --nodes 1 --gpus 1 --name job\nprint(6 * 7)")]),
                    str(notebook))
-    exported = _nbtrain(site, tmp_path, "export", str(notebook), "-o", str(tmp_path / "job"))
+    exported = nbtrain_with(site, tmp_path, "export", str(notebook), "-o", str(tmp_path / "job"))
     assert exported.returncode == 0, exported.stderr
     return site, tmp_path / "job"
 
@@ -83,22 +51,22 @@ def test_an_installed_backend_plans_refuses_the_others_options_and_is_listed(tea
                                                                             home: Path) -> None:
     site, job = team
     cwd = job.parent
-    planned = _nbtrain(site, cwd, "submit", str(job), "--backend", "team", "--device", "cpu", "--dry-run")
+    planned = nbtrain_with(site, cwd, "submit", str(job), "--backend", "team", "--device", "cpu", "--dry-run")
     assert planned.returncode == 0, planned.stderr
     assert "backend:   team" in planned.stdout, planned.stdout
 
     # what its Capabilities declare is honoured: one option of another backend, the checkpoint options
-    declared = _nbtrain(site, cwd, "submit", str(job), "--backend", "team", "--device", "cpu", "--stall-after", "60",
+    declared = nbtrain_with(site, cwd, "submit", str(job), "--backend", "team", "--device", "cpu", "--stall-after", "60",
                         "--keep-checkpoints", "2", "--dry-run")
     assert declared.returncode == 0, declared.stderr
 
-    refused = _nbtrain(site, cwd, "submit", str(job), "--backend", "team", "--namespace", "team-a", "--dry-run")
+    refused = nbtrain_with(site, cwd, "submit", str(job), "--backend", "team", "--namespace", "team-a", "--dry-run")
     assert refused.returncode == 2 and refused.stdout == "", refused.stdout
     assert ("--namespace team-a is a Kubernetes option; the team backend does not declare it in its Capabilities: "
             "drop it or use --backend kubernetes.") in refused.stderr, refused.stderr
 
     # what they rule out, too: no restarts, no GPU; and a local-only option
-    several = _nbtrain(site, cwd, "submit", str(job), "--backend", "team", "--max-restarts", "2", "--device", "gpu",
+    several = nbtrain_with(site, cwd, "submit", str(job), "--backend", "team", "--max-restarts", "2", "--device", "gpu",
                        "--warm", "--dry-run")
     assert several.returncode == 2, several.stderr
     assert "the team backend cannot honour 3 options; nothing was started:" in several.stderr, several.stderr
@@ -108,24 +76,24 @@ def test_an_installed_backend_plans_refuses_the_others_options_and_is_listed(tea
     assert "--warm is an option of the local backend only; the team backend does not declare it" in several.stderr
     assert not (home / "runs").exists() or not any((home / "runs").iterdir())
 
-    unknown = _nbtrain(site, cwd, "submit", str(job), "--backend", "nosuch", "--dry-run")
+    unknown = nbtrain_with(site, cwd, "submit", str(job), "--backend", "nosuch", "--dry-run")
     assert unknown.returncode == 2
     assert ("--backend: unknown value 'nosuch'; the installed backends are: kubernetes, local, slurm, team. "
             in unknown.stderr), unknown.stderr
     assert "entry-point group 'nbtrain.backends'" in unknown.stderr
 
-    helped = _nbtrain(site, cwd, "submit", "--help")
+    helped = nbtrain_with(site, cwd, "submit", "--help")
     assert helped.returncode == 0 and "kubernetes|local|slurm|team" in helped.stdout.replace("\n", ""), helped.stdout
-    doctor = _nbtrain(site, cwd, "doctor")
+    doctor = nbtrain_with(site, cwd, "doctor")
     (line,) = [x for x in doctor.stdout.splitlines() if " backends " in x]
     assert line.startswith("ok ") and "kubernetes, local, slurm, team (team_backend:TeamBackend)" in line, line
-    assert _nbtrain(site, cwd, "doctor", "--backend", "team").stdout.count("team_backend:TeamBackend") == 1
+    assert nbtrain_with(site, cwd, "doctor", "--backend", "team").stdout.count("team_backend:TeamBackend") == 1
 
 
 def test_a_run_on_the_installed_backend_finishes_and_is_listed_under_its_name(team: tuple[Path, Path]) -> None:
     site, job = team
-    done = _nbtrain(site, job.parent, "submit", str(job), "--backend", "team", "--device", "cpu", "--wait", "--json")
+    done = nbtrain_with(site, job.parent, "submit", str(job), "--backend", "team", "--device", "cpu", "--wait", "--json")
     assert done.returncode == 0, done.stdout + done.stderr
-    listed = _nbtrain(site, job.parent, "runs", "--json")
+    listed = nbtrain_with(site, job.parent, "runs", "--json")
     assert listed.returncode == 0, listed.stderr
     assert '"backend": "team"' in listed.stdout, listed.stdout

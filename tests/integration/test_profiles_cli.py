@@ -3,16 +3,13 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import nbformat
 import pytest
 from IPython.core.error import UsageError
 from nbformat.v4 import new_code_cell, new_notebook
+from plugin_package import install_plugin_package, nbtrain_with
 
 pytestmark = pytest.mark.slow
 
@@ -40,56 +37,27 @@ def profiles():
 
 def _install_team_package(tmp_path: Path) -> Path:
     """Build and pip-install (into a target directory) a distribution declaring an `nbtrain.profiles` entry point."""
-    source = tmp_path / "team-profiles"
-    (source / "team_profiles").mkdir(parents=True)
-    (source / "team_profiles" / "__init__.py").write_text(TEAM_MODULE)
-    (source / "pyproject.toml").write_text(textwrap.dedent("""
-        [build-system]
-        requires = ["setuptools"]
-        build-backend = "setuptools.build_meta"
-
-        [project]
-        name = "team-profiles"
-        version = "1.4"
-
-        [project.entry-points."nbtrain.profiles"]
-        team = "team_profiles:profiles"
-
-        [tool.setuptools]
-        packages = ["team_profiles"]
-    """))
-    target = tmp_path / "site"
-    done = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--no-index",
-                           "--quiet", "--target", str(target), str(source)], capture_output=True, text=True,
-                          timeout=300)
-    assert done.returncode == 0, done.stderr
-    return target
-
-
-def _nbtrain(site: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]),
-           "NBTRAIN_CONFIG_DIR": str(cwd / "no-config")}
-    return subprocess.run([sys.executable, "-m", "nbtrain", *args], capture_output=True, text=True, timeout=180,
-                          cwd=cwd, env=env)
+    return install_plugin_package(tmp_path, name="team-profiles", version="1.4", module="team_profiles",
+                                  source=TEAM_MODULE, group="nbtrain.profiles", entry="team", target="team_profiles:profiles")
 
 
 def test_a_packaged_profile_is_listed_used_and_its_lock_holds(home: Path, tmp_path: Path) -> None:
     site = _install_team_package(tmp_path)
-    listed = _nbtrain(site, tmp_path, "templates", "list")
+    listed = nbtrain_with(site, tmp_path, "templates", "list")
     assert listed.returncode == 0, listed.stderr
     (row,) = [line for line in listed.stdout.splitlines() if line.startswith("team-gpu ")]
     assert "3.2" in row and "package" in row and "approved shape" in row
-    shown = _nbtrain(site, tmp_path, "templates", "show", "team-gpu")
+    shown = nbtrain_with(site, tmp_path, "templates", "show", "team-gpu")
     assert "package team-profiles 1.4 (entry point team = team_profiles:profiles)" in shown.stdout, shown.stdout
     assert "--strategy" in shown.stdout and "(locked)" in shown.stdout
 
     notebook = tmp_path / "job.ipynb"
     nbformat.write(new_notebook(cells=[new_code_cell("%%distributed --nodes 1 --gpus 1 --name job\nprint('hi')")]),
                    str(notebook))
-    exported = _nbtrain(site, tmp_path, "export", str(notebook), "-o", str(tmp_path / "job"))
+    exported = nbtrain_with(site, tmp_path, "export", str(notebook), "-o", str(tmp_path / "job"))
     assert exported.returncode == 0, exported.stderr
 
-    planned = _nbtrain(site, tmp_path, "submit", str(tmp_path / "job"), "--profile", "team-gpu", "--gpus", "1",
+    planned = nbtrain_with(site, tmp_path, "submit", str(tmp_path / "job"), "--profile", "team-gpu", "--gpus", "1",
                        "--dry-run")
     assert planned.returncode == 0, planned.stderr
     lines = planned.stdout.splitlines()
@@ -100,21 +68,21 @@ def test_a_packaged_profile_is_listed_used_and_its_lock_holds(home: Path, tmp_pa
                for line in lines), planned.stdout
     assert any(line.split()[:2] == ["--name", "job"] and line.endswith("nbtrain.toml") for line in lines), planned.stdout
 
-    refused = _nbtrain(site, tmp_path, "submit", str(tmp_path / "job"), "--profile", "team-gpu", "--max-restarts", "0")
+    refused = nbtrain_with(site, tmp_path, "submit", str(tmp_path / "job"), "--profile", "team-gpu", "--max-restarts", "0")
     assert refused.returncode == 2 and refused.stdout == ""
     assert refused.stderr.startswith("nbtrain submit: --max-restarts 0: profile 'team-gpu' (version 3.2, package "
                                      "team-profiles 1.4"), refused.stderr
     assert "locks max-restarts to 2; nothing was started" in refused.stderr and "ask #ml-platform" in refused.stderr
     assert not (home / "runs").exists() or not any((home / "runs").iterdir())
 
-    unknown = _nbtrain(site, tmp_path, "submit", str(tmp_path / "job"), "--profile", "team-cpu")
+    unknown = nbtrain_with(site, tmp_path, "submit", str(tmp_path / "job"), "--profile", "team-cpu")
     assert unknown.returncode == 2 and "no such profile; known profiles:" in unknown.stderr
     assert "team-gpu" in unknown.stderr
 
     # a broken profile file in the user's config is reported (exit 2) without hiding the others
     (tmp_path / "no-config" / "profiles").mkdir(parents=True)
     (tmp_path / "no-config" / "profiles" / "mine.toml").write_text('version = "1"\n[options]\ngpu = 2\n')
-    broken = _nbtrain(site, tmp_path, "templates", "list")
+    broken = nbtrain_with(site, tmp_path, "templates", "list")
     assert broken.returncode == 2 and "team-gpu" in broken.stdout, broken.stdout
     assert "error: profile 'mine' (" in broken.stdout and "mine.toml): unknown option 'gpu'" in broken.stdout
 
