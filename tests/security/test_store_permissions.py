@@ -11,36 +11,14 @@ from __future__ import annotations
 import os
 import stat
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from perms import wide
 
 from nbtrain.bundle import capture_cell
 from nbtrain.spec import JobSpec
 from nbtrain.store import RunRecord, Store, write_json_atomic
-
-
-@pytest.fixture
-def umask022() -> Iterator[None]:
-    """The usual shared-host umask for the test (and every process it starts), restored afterwards."""
-    old = os.umask(0o022)
-    try:
-        yield
-    finally:
-        os.umask(old)
-
-
-def _wide(root: Path) -> list[str]:
-    """Every path under ``root`` (itself included) with a group or other permission bit, with its mode."""
-    found = []
-    for path in [root, *root.rglob("*")]:
-        mode = path.lstat().st_mode
-        if stat.S_ISLNK(mode):
-            continue
-        if mode & 0o077:
-            found.append(f"{path.relative_to(root.parent)} {stat.filemode(mode)}")
-    return found
 
 
 def test_a_new_store_is_private(tmp_path: Path, umask022: None) -> None:
@@ -50,7 +28,7 @@ def test_a_new_store_is_private(tmp_path: Path, umask022: None) -> None:
     store.save(RunRecord(run_id, JobSpec(), "0" * 64, "local"))
     write_json_atomic(store.attempt_dir(run_id, 0) / "plan.json", {"x": 1})  # parents created on the way
     assert stat.S_IMODE(store.root.stat().st_mode) == 0o700
-    assert _wide(store.root) == []
+    assert wide(store.root) == []
 
 
 def test_an_existing_wide_home_is_tightened_once_with_a_warning(tmp_path: Path, umask022: None) -> None:
@@ -75,7 +53,7 @@ def test_bundles_are_private(tmp_path: Path, umask022: None) -> None:
     store.ensure_writable()
     directory = bundle.write(store.bundles)
     assert (directory / "objects.pkl").is_file() and (directory / "files" / "vocab.txt").is_file()
-    assert _wide(store.root) == []
+    assert wide(store.root) == []
 
 
 def test_the_kubernetes_mirror_writes_private_files(tmp_path: Path, umask022: None) -> None:
@@ -97,7 +75,7 @@ def test_the_kubernetes_mirror_writes_private_files(tmp_path: Path, umask022: No
         files.request_cancel()
     finally:
         files.release()
-    assert _wide(store.root) == []
+    assert wide(store.root) == []
 
 
 @pytest.mark.parametrize(("umask", "directory", "file"), [(0o022, 0o755, 0o644), (0o077, 0o700, 0o600),
@@ -146,4 +124,4 @@ def test_a_real_gang_leaves_nothing_readable_by_others(home: Path, umask022: Non
         assert (run_dir / expected).is_file(), expected
     assert any((run_dir / "checkpoints").rglob("manifest.json")), "the cell checkpointed inside the run directory"
     assert attempt.is_dir()
-    assert _wide(home) == []
+    assert wide(home) == []

@@ -8,36 +8,14 @@ umask's mode (0755) before the event key went in.
 
 from __future__ import annotations
 
-import os
-import stat
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from perms import wide
 
 from nbtrain.events import EventKind, EventWriter
 from nbtrain.store import Store
-
-
-@pytest.fixture
-def umask022() -> Iterator[None]:
-    """The usual shared-host umask for the test (and every process it starts), restored afterwards."""
-    old = os.umask(0o022)
-    try:
-        yield
-    finally:
-        os.umask(old)
-
-
-def _wide(root: Path) -> list[str]:
-    """Every path under ``root`` (itself included) with a group or other permission bit, with its mode."""
-    found = []
-    for path in [root, *root.rglob("*")]:
-        mode = path.lstat().st_mode
-        if not stat.S_ISLNK(mode) and mode & 0o077:
-            found.append(f"{path.relative_to(root.parent)} {stat.filemode(mode)}")
-    return found
 
 
 def test_the_event_writer_makes_private_directories_and_files(tmp_path: Path, umask022: None) -> None:
@@ -48,7 +26,7 @@ def test_the_event_writer_makes_private_directories_and_files(tmp_path: Path, um
     writer.emit(EventKind.NOTICE, message="the supervisor is gone")
     writer.close()
     assert (store.attempt_dir(run_id, 0) / "events" / "observer.jsonl").is_file()
-    assert _wide(store.root) == []
+    assert wide(store.root) == []
 
 
 @pytest.mark.slow
@@ -73,4 +51,4 @@ def test_a_kubernetes_run_leaves_nothing_readable_by_others(umask022: None, home
         attempt = home / "runs" / run.id / "attempts" / "0"
         for expected in ("manifests.yaml", "event.key", "events/kubernetes.jsonl", "logs/rank-0.log"):
             assert (attempt / expected).is_file(), expected
-        assert _wide(home) == []
+        assert wide(home) == []
