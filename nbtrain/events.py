@@ -15,7 +15,8 @@ per-attempt key that only the notebook side and the attempt's processes know::
 The marker counts only at the very start of a line (after torchelastic's ``[rankN]:`` prefix); a line
 whose tag does not verify is plain log text, never an event (:func:`parse_stream_line`).
 
-This module travels with the worker runtime: it must import nothing from nbtrain but itself.
+This module travels with the worker runtime: it imports nothing from nbtrain but :mod:`nbtrain.private` (stdlib
+only, shipped with it).
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from nbtrain.private import PRIVATE_FILE, private_dir
 
 __all__ = [
     "EVENT_KEY_BYTES",
@@ -155,26 +158,6 @@ def _json_default(value: Any) -> Any:
     return repr(value)
 
 
-# The store's modes (nbtrain.store.PRIVATE_DIR, PRIVATE_FILE), repeated here: this module imports nothing from nbtrain.
-# Writers in the kernel or the Jupyter server run under the user's umask (022 by default), not the ranks' 077.
-_PRIVATE_DIR, _PRIVATE_FILE = 0o700, 0o600
-
-
-def _private_parents(path: Path) -> None:
-    """Create ``path``'s missing parent directories 0700 whatever the umask (as nbtrain.store.private_dir does)."""
-    missing = []
-    for candidate in path.parents:
-        if candidate.is_dir():
-            break
-        missing.append(candidate)
-    for directory in reversed(missing):
-        try:
-            directory.mkdir(mode=_PRIVATE_DIR)
-        except FileExistsError:
-            if not directory.is_dir():
-                raise
-
-
 class EventWriter:
     """Appends events of one source to one JSONL file. Thread-safe; each line is flushed at once.
 
@@ -183,14 +166,14 @@ class EventWriter:
     """
 
     def __init__(self, path: Path, source: str, *, attempt: int = 0, rank: int | None = None) -> None:
-        _private_parents(path)
+        private_dir(path.parent)
         self.path = path
         self.source = source
         self.attempt = attempt
         self.rank = rank
         self._lock = threading.Lock()
         self._seq = _last_seq(path)
-        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, _PRIVATE_FILE)
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, PRIVATE_FILE)
         if _ends_mid_line(path):
             os.write(self._fd, b"\n")  # a crash mid-line: close that fragment so the next event stays whole
 

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from nbtrain.errors import EnvironmentProblem, RunNotFoundError
+from nbtrain.private import PRIVATE_DIR, PRIVATE_FILE, PRIVATE_UMASK, private_dir
 from nbtrain.spec import JobSpec, slugify
 
 __all__ = [
@@ -43,31 +44,12 @@ __all__ = [
 ]
 
 RECORD_SCHEMA = 1
-#: Modes of what the store creates, and the umask of the processes that write into it (supervisor, ranks).
-PRIVATE_DIR, PRIVATE_FILE, PRIVATE_UMASK = 0o700, 0o600, 0o077
 
 
 def default_home() -> Path:
     """``$NBTRAIN_HOME`` or ``~/.nbtrain``."""
     env = os.environ.get("NBTRAIN_HOME")
     return Path(env).expanduser() if env else Path.home() / ".nbtrain"
-
-
-def private_dir(path: Path) -> Path:
-    """Create ``path`` and each missing parent with mode 0700 (``mkdir(parents=True)`` would give parents the
-    umask's mode); an existing directory is left as it is. Returns ``path``."""
-    missing = []
-    for candidate in (path, *path.parents):
-        if candidate.is_dir():
-            break
-        missing.append(candidate)
-    for directory in reversed(missing):
-        try:
-            directory.mkdir(mode=PRIVATE_DIR)
-        except FileExistsError:
-            if not directory.is_dir():
-                raise
-    return path
 
 
 def write_json_atomic(path: Path, data: Any) -> None:

@@ -16,6 +16,7 @@ RUNTIME_MODULES = (
     "nbtrain/__init__.py",
     "nbtrain/errors.py",
     "nbtrain/events.py",
+    "nbtrain/private.py",
     "nbtrain/bundle/__init__.py",
     "nbtrain/bundle/reader.py",
     "nbtrain/runtime/__init__.py",
