@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { describe, it } from "node:test";
 
-import { activeRunsText, gangText, liveDuration, stepText } from "../src/plugin/format";
+import { activeRunsText, exportMessage, gangText, liveDuration, stepText } from "../src/plugin/format";
 import { isActive, parseErrorBody, parseExportResult, parseRunList, parseRunSummary } from "../src/plugin/wire";
 
 // The rows the Python tests validate against nbtrain/schemas/run-summary.schema.json (one fixture file for
@@ -68,6 +68,13 @@ describe("wire", () => {
     assert.equal(run.worldSize, 1);
     assert.equal(run.failedRank, null);
     assert.match(run.attachCode, /nbtrain\.attach\("a-1"\)/);
+  });
+
+  it("names the key files of an export and counts the rest (a notification is cut at 140 characters)", () => {
+    const files = ["README.md", "accelerate.yaml", "job.sbatch", "k8s", "nbtrain.toml", "train.py"];
+    assert.equal(exportMessage("a.ipynb", { path: "a-job", files }), "Exported a.ipynb to a-job/: train.py, README.md, job.sbatch and 3 more");
+    assert.equal(exportMessage("a.ipynb", { path: "a-job", files: ["x", "y"] }), "Exported a.ipynb to a-job/: 2 files");
+    assert.equal(exportMessage("a.ipynb", { path: "a-job", files: ["train.py"] }), "Exported a.ipynb to a-job/: train.py");
   });
 
   it("parses export answers and errors", () => {

@@ -12,6 +12,7 @@ import type { ReadonlyPartialJSONObject } from "@lumino/coreutils";
 import { CommandIDs } from "./commands-ids";
 import type { DistributedChoice } from "./dialogs";
 import { DistributedForm, RunPicker } from "./dialogs";
+import { exportMessage } from "./format";
 import { exportJobIcon, runDistributedIcon } from "./icons";
 import { loadsExtension, readLine, withMagicLine } from "./magic-line";
 import type { ProfileCatalog } from "./profiles";
@@ -125,7 +126,7 @@ async function exportNotebook(context: CommandContext, panel: NotebookPanel): Pr
     const job = await context.model.api.exportNotebook(path);
     Notification.update({
       id,
-      message: `Exported ${path} to ${job.path}/ (${job.files.join(", ")})`,
+      message: exportMessage(path, job),
       type: "success",
       autoClose: 10000,
       actions: [

@@ -1,7 +1,7 @@
 /** Text for the runs panel and the status bar (pure). */
 
 import { formatDuration } from "../monitor/format";
-import type { RunState, RunSummary } from "./wire";
+import type { ExportResult, RunState, RunSummary } from "./wire";
 import { isActive } from "./wire";
 
 export { formatDuration };
@@ -55,4 +55,15 @@ export function stepText(run: RunSummary): string {
 /** The status bar's words: `nbtrain: 2 active runs`. */
 export function activeRunsText(count: number): string {
   return `nbtrain: ${count} active ${count === 1 ? "run" : "runs"}`;
+}
+
+/** The files an export toast names first (JupyterLab cuts a notification's text at 140 characters). */
+const KEY_EXPORT_FILES = ["train.py", "README.md", "job.sbatch"];
+
+/** "Exported a.ipynb to a-job/: train.py, README.md, job.sbatch and 7 more" (the notification of an export). */
+export function exportMessage(notebook: string, job: ExportResult): string {
+  const key = KEY_EXPORT_FILES.filter((name) => job.files.includes(name));
+  const more = job.files.length - key.length;
+  const names = key.length > 0 ? key.join(", ") + (more > 0 ? ` and ${more} more` : "") : `${more} files`;
+  return `Exported ${notebook} to ${job.path}/: ${names}`;
 }
