@@ -17,7 +17,8 @@ What the pod gets and why:
 - ``--image-pull-secret``, ``--priority-class``, ``--label`` and ``--annotation`` as the pod's ``imagePullSecrets``,
   ``priorityClassName``, labels and annotations (the workload and its objects carry the labels and annotations too);
 - secrets only as ``secretKeyRef``; ``automountServiceAccountToken: false``; the Pod Security
-  "restricted" profile (non-root, no privilege escalation, drop ALL, RuntimeDefault seccomp);
+  "restricted" profile (non-root, no privilege escalation, drop ALL, RuntimeDefault seccomp), as uid, gid and
+  fsGroup ``NBTRAIN_K8S_RUN_AS_USER``, or with no ids at all when it is ``auto`` (OpenShift assigns them);
 - ``/dev/shm`` as a memory emptyDir (the container runtime's 64 MiB default breaks DataLoader workers; ``--shm-size``
   is its ``sizeLimit``)
   and a writable ``/tmp`` (HOME, TMPDIR and torchelastic's log dir);
@@ -196,9 +197,16 @@ def _resources(spec: JobSpec, inputs: PodInputs) -> dict[str, Any]:
     return out
 
 
+def _pod_security(uid: int | None) -> dict[str, Any]:
+    """The pod's securityContext: restricted, as ``uid`` (also its gid and fsGroup), or, with None
+    (``NBTRAIN_K8S_RUN_AS_USER=auto``), without ids: OpenShift's ``restricted-v2`` SCC refuses ids outside the
+    namespace's range and fills in its own, and ``runAsNonRoot`` still makes the kubelet refuse a root user."""
+    ids = {} if uid is None else {"runAsUser": uid, "runAsGroup": uid, "fsGroup": uid}
+    return {"runAsNonRoot": True, **ids, "seccompProfile": {"type": "RuntimeDefault"}}
+
+
 def pod_template(spec: JobSpec, inputs: PodInputs, *, subdomain: str | None) -> dict[str, Any]:
     """The PodTemplateSpec shared by every flavor (``subdomain``: the headless Service, Job flavor)."""
-    uid = inputs.options.run_as_user
     volumes, mounts = _volumes(spec)
     container: dict[str, Any] = {
         "name": container_name(inputs.flavor),
@@ -231,13 +239,7 @@ def pod_template(spec: JobSpec, inputs: PodInputs, *, subdomain: str | None) -> 
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,  # one env var per Service in the namespace is noise (and can be huge)
         "terminationGracePeriodSeconds": 15,
-        "securityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": uid,
-            "runAsGroup": uid,
-            "fsGroup": uid,
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
+        "securityContext": _pod_security(inputs.options.run_as_user),
         "containers": [container],
         "volumes": [
             {"name": "nbtrain", "configMap": {"name": inputs.configmap, "items": [dict(i) for i in inputs.payload.items],
