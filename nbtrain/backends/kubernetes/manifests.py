@@ -16,11 +16,16 @@ itself, so any non-zero exit of the trainer container fails the whole Job (podFa
 disruptions (preemption, node drain) are ignored and the pod replaced only once it is gone
 (podReplacementPolicy Failed), and ``backoffLimit: 0`` fails the Job on any other pod failure: a
 replacement pod could not rejoin a static rendezvous anyway.
+
+PyTorchJob flavor: ``cleanPodPolicy: Running``, so the operator deletes what still runs of a finished gang and keeps
+the finished pods (and their logs) until the TTL. JobSet flavor (JobSet >= 0.6): ``maxRestarts: 0`` and one
+failure-policy rule, :data:`JOBSET_DEADLINE_RULE`, so that a run past ``--timeout`` is told apart from other failures.
 """
 
 from __future__ import annotations
 
 import base64
+import copy
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -35,11 +40,15 @@ from nbtrain.events import encode_event_key
 from nbtrain.spec import JobSpec
 
 __all__ = [
-    "KUEUE_QUEUE_LABEL", "WORKLOAD_KINDS", "Workload", "build_objects", "describe", "event_key_secret_name",
-    "owned_by", "redacted", "with_event_key",
+    "JOBSET_DEADLINE_RULE", "KUEUE_QUEUE_LABEL", "WORKLOAD_KINDS", "Workload", "build_objects", "describe",
+    "event_key_secret_name", "owned_by", "redacted", "with_event_key",
 ]
 
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+#: JobSet failure-policy rule (JobSet >= 0.6): a child Job that ran past activeDeadlineSeconds fails the JobSet with
+#: reason FailJobSetFailurePolicyAction, which :mod:`.podstate` reads as "exceeded --timeout".
+JOBSET_DEADLINE_RULE: Mapping[str, Any] = {
+    "name": "nbtrainTimeout", "action": "FailJobSet", "onJobFailureReasons": ["DeadlineExceeded"]}
 
 
 @dataclass(frozen=True)
@@ -157,7 +166,10 @@ def build_objects(
         replicas: dict[str, Any] = {"Master": {"replicas": 1, "restartPolicy": "Never", "template": template}}
         if spec.nodes > 1:
             replicas["Worker"] = {"replicas": spec.nodes - 1, "restartPolicy": "Never", "template": template}
-        run_policy: dict[str, Any] = {"backoffLimit": 0, "cleanPodPolicy": "None", "ttlSecondsAfterFinished": ttl}
+        # cleanPodPolicy Running: once the PyTorchJob has ended, the operator deletes the pods still running or pending
+        # (the rest of a failed gang, which would otherwise hold its GPUs) and keeps the finished ones, whose logs
+        # say why, until the TTL (None kept every pod; All deletes the finished ones too)
+        run_policy: dict[str, Any] = {"backoffLimit": 0, "cleanPodPolicy": "Running", "ttlSecondsAfterFinished": ttl}
         if spec.timeout_s is not None:
             run_policy["activeDeadlineSeconds"] = math.ceil(spec.timeout_s)
         if suspend:
@@ -175,7 +187,9 @@ def build_objects(
         job = _job_spec(spec, template, ttl_s=None, suspend=False)
         jobset_spec: dict[str, Any] = {
             "network": {"enableDNSHostnames": True, "publishNotReadyAddresses": True},
-            "failurePolicy": {"maxRestarts": 0},
+            # the rule makes a Job past its deadline fail the JobSet with a reason of its own (podstate reads it as
+            # "exceeded --timeout"); any other failure fails it as before (no rule: ReachedMaxRestarts)
+            "failurePolicy": {"maxRestarts": 0, "rules": [copy.deepcopy(dict(JOBSET_DEADLINE_RULE))]},
             "successPolicy": {"operator": "All"},
             "ttlSecondsAfterFinished": ttl,
             "replicatedJobs": [{

@@ -128,7 +128,7 @@ class Mirror:
         self.files.reserve()
         kept = (self.files.read_status() or {}).get("workload")
         if isinstance(kept, dict) and kept.get("outcome") in (RunState.SUCCEEDED.value, RunState.FAILED.value):
-            self._workload_outcome = {k: str(kept.get(k) or "") for k in ("outcome", "reason", "message")}
+            self._workload_outcome = {k: str(kept.get(k) or "") for k in ("outcome", "reason", "message", "deadline")}
         for event in self.files.load():
             self._note_rank_event(event)
         self.out = EventWriter(self.files.events_dir / "kubernetes.jsonl", "kubernetes", attempt=self.t.attempt)
@@ -265,7 +265,8 @@ class Mirror:
             state = owner_state(self.owner, self.t.flavor)
             if state.outcome is None or self._workload_outcome is not None:
                 return
-            self._workload_outcome = {"outcome": state.outcome.value, "reason": state.reason, "message": state.message}
+            self._workload_outcome = {"outcome": state.outcome.value, "reason": state.reason, "message": state.message,
+                                      "deadline": "yes" if state.deadline else ""}
         self._write_status()
 
     def _owner_now(self) -> OwnerState:
@@ -274,7 +275,7 @@ class Mirror:
         seen = self._workload_outcome
         if not owner.exists and seen is not None:
             return OwnerState(exists=False, outcome=RunState(seen["outcome"]), reason=str(seen.get("reason") or ""),
-                              message=str(seen.get("message") or ""))
+                              message=str(seen.get("message") or ""), deadline=bool(seen.get("deadline")))
         return owner
 
     # -- events out -----------------------------------------------------------------------------

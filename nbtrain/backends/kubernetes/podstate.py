@@ -21,8 +21,8 @@ from nbtrain.events import Event
 from nbtrain.model import Failure, RunState
 
 __all__ = [
-    "OwnerState", "PodInfo", "first_failure", "follow_order", "live_state", "missing_claim", "owner_state", "parse_time",
-    "pod_info", "preemptable",
+    "OwnerState", "PodInfo", "deadline_reason", "first_failure", "follow_order", "live_state", "missing_claim",
+    "owner_state", "parse_time", "pod_info", "preemptable",
 ]
 
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
@@ -56,6 +56,39 @@ class OwnerState:
     reason: str = ""
     message: str = ""
     deleting: bool = False
+    deadline: bool = False  # FAILED because it ran past activeDeadlineSeconds (--timeout), however the owner says it
+
+
+# How each owner says "ran past activeDeadlineSeconds" (what the controllers set, at the versions tests/data/crds has):
+# - Job: a Failed (and FailureTarget) condition with reason DeadlineExceeded (batchv1.JobReasonDeadlineExceeded;
+#   message "Job was active longer than specified deadline").
+# - PyTorchJob: a Failed condition with reason "PyTorchJobFailed" (commonutil.NewReason(kind, JobFailedReason), the same
+#   reason as any other failure) and the message "Job NAME has failed because it was active longer than specified
+#   deadline" (kubeflow/training-operator release-1.9, pkg/controller.v1/common/job.go, ReconcileJobs).
+# - JobSet: the deadline is its child Job's; without a rule the JobSet says only ReachedMaxRestarts ("jobset failed due
+#   to reaching max number of restarts (first failed job: ...)"), so nbtrain's JobSets carry the failure-policy rule
+#   FailJobSet on the child Job's failure reason DeadlineExceeded (manifests.JOBSET_DEADLINE_RULE), which fails the
+#   JobSet with reason FailJobSetFailurePolicyAction (kubernetes-sigs/jobset pkg/constants/constants.go,
+#   FailJobSetActionReason; pkg/controllers/failure_policy.go, failJobSetActionApplier). That reason means the
+#   deadline only when the JobSet's FailJobSet rules all match DeadlineExceeded alone, which is checked on its spec.
+JOB_DEADLINE_REASON = "DeadlineExceeded"
+PYTORCHJOB_DEADLINE_MESSAGE = "active longer than specified deadline"
+JOBSET_FAIL_RULE_REASON = "FailJobSetFailurePolicyAction"
+
+
+def _jobset_fails_only_on_deadlines(spec: Mapping[str, Any]) -> bool:
+    rules = [r for r in (spec.get("failurePolicy") or {}).get("rules") or [] if r.get("action") == "FailJobSet"]
+    return bool(rules) and all(r.get("onJobFailureReasons") == [JOB_DEADLINE_REASON]
+                               and not r.get("onJobFailureMessagePatterns") for r in rules)
+
+
+def _is_deadline(flavor: str, spec: Mapping[str, Any], condition: Mapping[str, Any]) -> bool:
+    reason, message = str(condition.get("reason") or ""), str(condition.get("message") or "")
+    if flavor == "pytorchjob":
+        return PYTORCHJOB_DEADLINE_MESSAGE in message
+    if flavor == "jobset":
+        return reason == JOBSET_FAIL_RULE_REASON and _jobset_fails_only_on_deadlines(spec)
+    return reason == JOB_DEADLINE_REASON
 
 
 def _true_conditions(obj: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
@@ -84,7 +117,8 @@ def owner_state(obj: Mapping[str, Any] | None, flavor: str) -> OwnerState:
     for kind in failure:
         if kind in conditions:
             c = conditions[kind]
-            return OwnerState(True, False, RunState.FAILED, str(c.get("reason") or ""), str(c.get("message") or ""), deleting)
+            return OwnerState(True, False, RunState.FAILED, str(c.get("reason") or ""), str(c.get("message") or ""),
+                              deleting, _is_deadline(flavor, spec, c))
     for kind in success:
         if kind in conditions:
             return OwnerState(True, False, RunState.SUCCEEDED, deleting=deleting)
@@ -227,6 +261,14 @@ def preemptable(running: Iterable[str], infos: Mapping[str, PodInfo]) -> str | N
     return max(others, key=lambda uid: infos[uid].node) if others else None
 
 
+def deadline_reason(timeout_s: float | None, owner: OwnerState) -> str:
+    """The verdict of a run the cluster ended at its deadline (every flavor words it the same)."""
+    said = f"{owner.reason}: {owner.message}" if owner.message else owner.reason
+    limit = f" {timeout_s:g} s" if timeout_s else ""
+    return (f"the run exceeded --timeout{limit}: the cluster ended it at the workload's activeDeadlineSeconds "
+            f"({said}); give it a longer --timeout or make the cell finish sooner")
+
+
 _KILLED = {137, 143, -9, -15}  # SIGKILL/SIGTERM: usually the controller ending the rest of the gang
 
 
@@ -242,9 +284,8 @@ def first_failure(
 ) -> Failure:
     """The first failing rank and why (see the module docstring for the order of evidence)."""
     node_of = {rank: rank // max(1, procs) for rank in set(rank_errors) | set(elastic_codes)}
-    if owner.reason == "DeadlineExceeded":
-        return Failure(reason=f"the run exceeded its timeout of {timeout_s:g} s (--timeout: the workload's "
-                       "activeDeadlineSeconds)" if timeout_s else f"the workload hit its deadline: {owner.message}")
+    if owner.deadline:
+        return Failure(reason=deadline_reason(timeout_s, owner))
     tiers: list[tuple[int, float, triage.Candidate]] = []
     for rank, event in rank_errors.items():
         candidate = triage.Candidate(

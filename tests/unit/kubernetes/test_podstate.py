@@ -100,7 +100,7 @@ def test_deadline_and_silent_failures() -> None:
     deadline = owner_state({"spec": {}, "status": {"conditions": [
         {"type": "Failed", "status": "True", "reason": "DeadlineExceeded"}]}}, "job")
     failure = first_failure(rank_errors={}, pods=[], elastic_codes={}, procs=1, last_lines={}, owner=deadline, timeout_s=30)
-    assert "timeout of 30 s" in failure.reason
+    assert "exceeded --timeout 30 s" in failure.reason
     crashed = [info(1, phase="Failed", state=_terminated(139, "Error", "2024-01-01T00:00:01Z"))]
     failure = first_failure(rank_errors={}, pods=crashed, elastic_codes={}, procs=1, last_lines={}, owner=OwnerState(True),
                             timeout_s=None)
