@@ -494,7 +494,7 @@ class Mirror:
                     f"the {self.t.kind} {self.t.name} was deleted before it finished (by someone else, or after "
                     "its ttlSecondsAfterFinished) and nbtrain did not see how it ended"))
             else:
-                failure = self._failure(owner, infos)
+                failure = self._failure(owner, self._settled(owner, infos))
             reason = failure.summary()
         ended = time.time()
         retrying = self._will_retry(state)
@@ -507,6 +507,18 @@ class Mirror:
             self._emit(EventKind.FAILURE, **failure.to_dict())
         self._emit(EventKind.STATE, state=state.value, reason=reason, retrying=retrying)
         self._write_status()
+
+    def _settled(self, owner: OwnerState, infos: list[PodInfo]) -> list[PodInfo]:
+        """``infos``, or the pods as the API shows them now when the workload failed but no pod has yet: the two
+        watches are separate streams, and the workload's Failed (its podFailurePolicy acting on a failed pod) can
+        arrive before that pod's own update; the verdict should name the pod and why, not only the workload."""
+        if owner.outcome is not RunState.FAILED or self.rank_errors or any(i.failed for i in infos):
+            return infos
+        try:
+            items, _version = self.api.list_items("Pod", self.t.namespace, label_selector=self.t.selector)
+        except Exception:  # noqa: BLE001 - any API trouble: judge by what the watch brought
+            return infos
+        return [self._info(obj) for obj in items] or infos
 
     def _failure(self, owner: OwnerState, infos: list[PodInfo]) -> Failure:
         elastic: dict[int, int] = {}
