@@ -6,7 +6,8 @@ The local supervisor's rules and verdicts (:class:`nbtrain.backends.local.superv
 as a launcher that ends when the node's ranks have ended (their exit codes from the agent, so a killed rank is
 named with its signal). Whatever the verdict, the generation is ended when the attempt is (its ranks' sessions
 killed: nothing a run started survives it) and the gang is released for the next run, noting why when the
-ranks had to be ended early (the gang was recycled).
+ranks had to be ended early (the gang was recycled). Both happen before the verdict is written: whoever sees
+the run end (``run.wait()`` returning) may submit the next warm cell at once and finds the gang free.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 
 from nbtrain.backends.local.supervisor import Supervisor, next_attempt, supervise
 from nbtrain.events import EventKind
-from nbtrain.model import RunState
+from nbtrain.model import Failure, RunState
 from nbtrain.runtime import watchdog
 from nbtrain.warm import protocol, registry
 
@@ -53,6 +54,8 @@ class WarmSupervisor(Supervisor):
         self.generation = 0
         self.nodes: list[_Node] = []
         self.ended_early = False
+        self.generation_ended = False
+        self.released = False
 
     def _sock(self, node: int) -> Path:
         return self.gang_dir / f"node-{node}.sock"
@@ -131,17 +134,31 @@ class WarmSupervisor(Supervisor):
                     handle.exits[rank] = -15
         return killed
 
+    def _hand_back(self) -> None:
+        """End the generation and, unless the run restarts on this gang, release the gang (each once)."""
+        if not self.generation_ended and self.generation:
+            self._end_gang()  # also after a clean finish: children the ranks left behind, the store holder
+        self.generation_ended = True
+        if self.will_retry or self.released:
+            return
+        self.released = True
+        why = None
+        if self.state is not RunState.SUCCEEDED and self.ended_early:
+            why = f"ranks ended by the verdict of attempt {self.plan['attempt']} ({self.state.value})"
+        registry.release(self.gang_dir, self.run_id, recycled=why)
+
+    def _finish(self, state: RunState, reason: str = "", failure: Failure | None = None) -> None:
+        # The verdict is what run.wait() returns on, and the gang's claim lives while this process does: the gang
+        # is released first, or a cell submitted right after wait() returns would be refused as busy.
+        self.state = state
+        self._hand_back()
+        super()._finish(state, reason, failure)
+
     def run(self) -> RunState:
         try:
             return super().run()
         finally:
-            if self.generation:
-                self._end_gang()  # also after a clean finish: children the ranks left behind, the store holder
-            why = None
-            if self.state is not RunState.SUCCEEDED and self.ended_early:
-                why = f"ranks ended by the verdict of attempt {self.plan['attempt']} ({self.state.value})"
-            if not self.will_retry:
-                registry.release(self.gang_dir, self.run_id, recycled=why)
+            self._hand_back()  # no verdict was written (an error before one): the gang is still released
 
 
 def _next_attempt(plan: dict[str, Any]) -> Path:

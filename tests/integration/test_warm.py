@@ -47,6 +47,8 @@ for step in range(4):
     accelerator.log({"loss": accelerator.reduce(loss.detach(), "mean").item()}, step=step)
 """
 
+QUICK = "from accelerate import Accelerator\nAccelerator()\n"
+
 
 @pytest.fixture(scope="module")
 def warm_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
@@ -219,6 +221,20 @@ def test_a_changed_env_gets_a_gang_of_its_own(warm_home: Path) -> None:
     (gang,) = new
     registry.stop_gang(registry.find_gang(Store(warm_home), gang))
     assert not pids_with_env(registry.MARKER, {gang})
+
+
+def test_a_cell_submitted_as_soon_as_the_run_ends_finds_the_gang_free(warm_home: Path) -> None:
+    failing = "from accelerate import Accelerator\nAccelerator()\nraise RuntimeError('this cell fails')\n"
+    for turn, cell in enumerate((QUICK, QUICK, failing, QUICK, QUICK, failing, QUICK, QUICK)):
+        run = _run(warm_home, cell)  # GangBusy here: the previous run's verdict was seen before its release
+        if turn % 2:
+            _finish(run)  # what a notebook does
+        else:
+            while not run.status().terminal:  # the earliest moment anyone can see the run end
+                time.sleep(0.002)
+            busy = [g.state for g in registry.list_gangs(Store(warm_home)) if g.state.startswith("busy")]
+            assert not busy, f"the run's verdict is out but %nbtrain gangs still says {busy}"
+        assert run.status() is (RunState.FAILED if cell is failing else RunState.SUCCEEDED), run.failure
 
 
 OWNER = """
