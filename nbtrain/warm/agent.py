@@ -2,13 +2,14 @@
 
 It imports torch, Accelerate and nbtrain's worker once, never touches a GPU, and never runs user code: for
 each generation it forks the node's ranks from that clean state (each in its own session, killed with the
-agent), and the agent of node 0 forks the generation's rendezvous store holder. It answers on
+agent, marked with its run id: :mod:`nbtrain.warm.marker`), and the agent of node 0 forks the generation's rendezvous store holder. It answers on
 ``GANG_DIR/node-NODE.sock`` (:mod:`nbtrain.warm.protocol`):
 
 - ``store`` (node 0): fork a store holder for a generation; answers its port;
 - ``fork``: fork the ranks of this node for a generation (environment from :mod:`nbtrain.warm.rankenv`);
 - ``poll``: the exit codes of a generation's ranks (None while running; negative: killed by that signal);
 - ``end``: end a generation: SIGTERM its ranks' process groups, SIGKILL after a grace, and its store holder;
+  a generation whose supervisor died is ended the same way without being asked;
 - ``supervise`` (node 0): fork the supervisor of a warm attempt (:mod:`nbtrain.warm.supervisor`), in its own
   session, with the environment, directory and log the run's submitter gives;
 - ``ping``/``stop``.
@@ -32,9 +33,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from nbtrain.backends.local import procs
 from nbtrain.runtime import watchdog
 from nbtrain.store import write_json_atomic
-from nbtrain.warm import protocol
+from nbtrain.warm import marker, protocol
 from nbtrain.warm.rankenv import accelerate_env, worker_env
 from nbtrain.warm.registry import read_json
 
@@ -59,6 +61,7 @@ class Generation:
     ranks: dict[int, int] = field(default_factory=dict)  # rank -> pid (also its process group)
     exits: dict[int, int] = field(default_factory=dict)  # rank -> exit code (negative: signal)
     store_pid: int | None = None
+    supervisor: str = ""  # identity of the run's supervisor: the generation ends when it is gone
     ended: bool = False
 
     @property
@@ -100,6 +103,7 @@ class Agent:
                 now = time.monotonic()
                 if now - checked >= LEASE_CHECK_S:
                     checked = now
+                    self._end_orphans()
                     reason = self._lapsed()
                     if reason:
                         break
@@ -136,6 +140,18 @@ class Agent:
             return f"idle for more than {ttl:g} s"
         return ""
 
+    def _end_orphans(self) -> None:
+        """End the generations whose supervisor died (killed, out of memory): nothing else would end them.
+
+        Their ranks end themselves when they notice (:func:`nbtrain.runtime.watchdog.watch_supervisor`), but not
+        what they forked, nor the generation's store holder; the run's verdict is written by whoever reads its
+        status next (the local backend's orphan path).
+        """
+        for number, gen in list(self.generations.items()):
+            if gen.supervisor and not watchdog.alive(gen.supervisor):
+                self._end(gen, grace_s=1.0)
+                self.generations.pop(number, None)
+
     # -- requests ---------------------------------------------------------------------------------
     def _answer(self, listener: socket.socket) -> None:
         conn, _ = listener.accept()
@@ -164,6 +180,7 @@ class Agent:
         number = int(request["generation"])
         if op == "store":
             fresh = self.generations.setdefault(number, Generation(number))
+            fresh.supervisor = str(request.get("supervisor") or "")
             fresh.store_pid, port = self._fork_store(str(request.get("host") or "127.0.0.1"))
             return {"ok": True, "port": port}
         if op == "fork":
@@ -254,6 +271,8 @@ class Agent:
     def _fork_ranks(self, number: int, request: dict[str, Any]) -> dict[str, int]:
         gen = self.generations.setdefault(number, Generation(number))
         base = {str(k): str(v) for k, v in request["env"].items()}
+        gen.supervisor = base.get(watchdog.ENV_SUPERVISOR, gen.supervisor)
+        run_id = str(request["run_id"])
         launch, shape = accelerate_env(request["argv"], base)
         store = request["store"]
         pids: dict[str, int] = {}
@@ -261,11 +280,12 @@ class Agent:
             env = {**base, **launch, **worker_env(
                 rank=rank, local_rank=local_rank, node_rank=shape["node_rank"],
                 nproc_per_node=shape["nproc_per_node"], nnodes=shape["nnodes"], master_addr=str(store["addr"]),
-                store_port=int(store["port"]), generation=number, run_id=str(request["run_id"]))}
+                store_port=int(store["port"]), generation=number, run_id=run_id)}
             pid = os.fork()
             if pid == 0:
                 try:
                     self._child_setup()
+                    marker.mark(procs.MARKER, run_id)  # found by run id, as an exec'd rank (cancel, orphans)
                     self._become_rank(env, str(request["cwd"]), str(request["bundle_dir"]))
                 finally:
                     os._exit(70)

@@ -27,7 +27,7 @@ from nbtrain.backends.local import procs
 from nbtrain.errors import BackendError, NbtrainError
 from nbtrain.runtime import watchdog
 from nbtrain.store import Store, write_json_atomic
-from nbtrain.warm import protocol
+from nbtrain.warm import marker, protocol
 
 __all__ = [
     "MARKER", "GangBusy", "GangInfo", "acquire", "environment_stamp", "find_gang", "fork_supervisor", "gang_pids", "list_gangs", "next_generation",
@@ -162,6 +162,7 @@ def _start_agents(gang_dir: Path, nodes: int, python: str) -> None:
     """Start one agent per node, detached (their own sessions); :func:`wait_ready` waits for them."""
     env = dict(os.environ)
     env[MARKER] = gang_dir.name
+    env.update(marker.slot_env())  # the ranks write their run id there (found by it as a cold rank is)
     for name in ("NBTRAIN_RUN_ID", "NBTRAIN_SUPERVISOR_OF", watchdog.ENV_SUPERVISOR):
         env.pop(name, None)  # not a run's process: ending a run must not end its gang
     pids = []

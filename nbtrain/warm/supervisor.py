@@ -79,7 +79,8 @@ class WarmSupervisor(Supervisor):
         registry.wait_ready(self.gang_dir, progress=self._notice)
         self.generation = registry.next_generation(self.gang_dir)
         address = "127.0.0.1"
-        store = self._call(0, {"op": "store", "generation": self.generation, "host": address})
+        store = self._call(0, {"op": "store", "generation": self.generation, "host": address,
+                               "supervisor": self.identity})
         gang = registry.read_json(self.gang_dir / "gang.json")
         self.out.emit(EventKind.NOTICE, message=f"warm gang {self.gang_dir.name}: generation {self.generation} "
                                                 f"(gang started {time.time() - float(gang.get('created', 0)):.0f} s "

@@ -237,6 +237,37 @@ def test_a_cell_submitted_as_soon_as_the_run_ends_finds_the_gang_free(warm_home:
         assert run.status() is (RunState.FAILED if cell is failing else RunState.SUCCEEDED), run.failure
 
 
+def test_a_killed_supervisor_fails_the_run_and_leaves_no_process_of_it(warm_home: Path) -> None:
+    cell = textwrap.dedent("""
+        import os, time
+        from accelerate import Accelerator
+        accelerator = Accelerator()
+        child = os.fork()  # a process of the run the rank's own ending does not take along
+        if child == 0:
+            time.sleep(600)
+            os._exit(0)
+        print("ready", os.getpid(), child, flush=True)
+        time.sleep(600)
+    """)
+    run = _run(warm_home, cell)
+    deadline = time.monotonic() + 120
+    while not all("ready" in run.logs(r) for r in (0, 1)):
+        assert time.monotonic() < deadline, "the run never started"
+        time.sleep(0.1)
+    started = {int(p) for r in (0, 1) for p in run.logs(r).split("ready", 1)[1].split()[:2]}
+    assert started <= set(pids_with_env("NBTRAIN_RUN_ID", {run.id})), "the forked ranks are not found by run id"
+    status = json.loads((Store(warm_home).attempt_dir(run.id, 0) / "status.json").read_text())
+    os.kill(int(status["supervisor_pid"]), signal.SIGKILL)
+    assert _finish(run, timeout=60) is RunState.FAILED
+    assert run.failure is not None and "supervisor" in run.failure.reason, run.failure
+    deadline = time.monotonic() + 10
+    while pids_with_env("NBTRAIN_RUN_ID", {run.id}) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not pids_with_env("NBTRAIN_RUN_ID", {run.id}), "processes of the run outlived its supervisor"
+    after = _run(warm_home, QUICK)
+    assert _finish(after) is RunState.SUCCEEDED, after.failure
+
+
 OWNER = """
 import sys
 from nbtrain.bundle import capture_cell
