@@ -16,7 +16,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["IMPORT_TIME_ENV", "PER_RUN_ENV", "gang_key"]
+__all__ = ["IMPORT_TIME_ENV", "PER_RUN_ENV", "changed", "gang_key"]
 
 #: Variables of the rank environment that name one run's files or limits (read by the worker per run).
 PER_RUN_ENV = frozenset({
@@ -61,3 +61,22 @@ def gang_key(launchers: Sequence[Mapping[str, Any]], config_text: str, environ: 
     }
     digest = hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()
     return digest[:16], facts
+
+
+#: What each fact of the key is, in the words of the cell's options (for notices).
+_FACT_WORDS = {
+    "nodes": "the shape (--nodes/--gpus)", "ranks": "the shape (--nodes/--gpus)",
+    "commands": "the launch command (device, strategy, mixed precision)", "cwd": "the working directory",
+    "rank_env": "--env", "accelerate_config": "the Accelerate config",
+    "import_env": "variables read when torch is imported (CUDA_*, NCCL_*, OMP_*...)",
+    "versions": "the interpreter or the installed packages",
+}
+
+
+def changed(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    """What differs between two gang keys' facts, in user words, each once (empty: nothing known differs)."""
+    out: list[str] = []
+    for fact, words in _FACT_WORDS.items():
+        if old.get(fact) != new.get(fact) and words not in out:
+            out.append(words)
+    return out

@@ -27,6 +27,7 @@ from nbtrain.backends.local import procs
 from nbtrain.errors import BackendError, NbtrainError
 from nbtrain.runtime import watchdog
 from nbtrain.store import Store, write_json_atomic
+from nbtrain.warm import key as gang_key
 from nbtrain.warm import marker, protocol
 
 __all__ = [
@@ -121,8 +122,11 @@ def gang_pids(gang_id: str) -> list[int]:
 def acquire(store: Store, key: str, facts: dict[str, Any], *, run_id: str, ttl_s: float, python: str) -> Path:
     """The directory of a live gang with ``key`` owned by this process, claimed for ``run_id``; started if none.
 
-    Returns at once (a new gang's agents start in the background: :func:`wait_ready`). Raises :class:`GangBusy`
-    when that gang runs another run, BackendError when a new gang's agents cannot be started.
+    Returns at once (a new gang's agents start in the background: :func:`wait_ready`). A new gang replaces this
+    owner's idle gangs of other keys (a changed cell option, environment or package: their processes would only
+    hold memory until their TTL); they are asked to stop, and the new run's monitor says why
+    (:func:`note_supervisor`). Busy gangs and other owners' gangs are left alone. Raises :class:`GangBusy` when
+    the gang of ``key`` runs another run, BackendError when a new gang's agents cannot be started.
     """
     _reap()
     root = _root(store)
@@ -147,15 +151,41 @@ def acquire(store: Store, key: str, facts: dict[str, Any], *, run_id: str, ttl_s
                 write_json_atomic(gang_dir / "gang.json", gang)
             return gang_dir
         gang_dir = root / f"gang-{key[:8]}-{os.urandom(3).hex()}"
+        replaced = _retire_idle(root, owner, facts, gang_dir.name)
         gang_dir.mkdir(mode=0o700)
         nodes = int(facts["nodes"])
         write_json_atomic(gang_dir / "gang.json", {
             "id": gang_dir.name, "key": key, "facts": facts, "backend": "local", "owner": owner, "ttl_s": ttl_s,
             "nodes": nodes, "agents": list(range(nodes)), "created": time.time(), "generation": 0,
-            "claim": {"run_id": run_id, "at": time.time()}, "recycled": [],
+            "claim": {"run_id": run_id, "at": time.time()}, "recycled": [], "notices": replaced,
         })
     _start_agents(gang_dir, nodes, python)
     return gang_dir
+
+
+def _retire_idle(root: Path, owner: str, facts: dict[str, Any], successor: str) -> list[str]:
+    """Stop ``owner``'s idle gangs (a new gang ``successor`` with ``facts`` starts); a notice for each.
+
+    Called holding the registry's lock, under which alone a gang is claimed: a gang seen idle here stays idle.
+    Marks each stopped (no run may claim it) and asks its agents to exit (they end what they forked); does not
+    wait for them.
+    """
+    notices = []
+    for gang_dir in sorted(p for p in root.iterdir() if p.is_dir()):
+        gang = read_json(gang_dir / "gang.json")
+        if gang.get("owner") != owner or (gang_dir / "stop").exists() or _claim_live(gang.get("claim")):
+            continue
+        if not _agents_alive(gang_dir, int(gang.get("nodes", 0))):
+            continue  # starting (then claimed: busy) or already ended
+        with contextlib.suppress(OSError):
+            (gang_dir / "stop").touch()
+        for sock in gang_dir.glob("node-*.sock"):
+            with contextlib.suppress(protocol.AgentUnreachable):
+                protocol.call(sock, {"op": "stop"}, timeout=2.0)
+        what = ", ".join(gang_key.changed(gang.get("facts") or {}, facts)) or "its key"
+        notices.append(f"warm gang {gang_dir.name} was stopped: this cell changed {what}, so it needs a new gang "
+                       f"({successor}), and an idle gang of the old settings would only hold memory until its TTL")
+    return notices
 
 
 def _start_agents(gang_dir: Path, nodes: int, python: str) -> None:
@@ -223,22 +253,26 @@ def fork_supervisor(gang_dir: Path, attempt_dir: Path, *, env: dict[str, str], c
     return int(answer["pid"]) if answer.get("ok") else None
 
 
-def note_supervisor(gang_dir: Path, run_id: str, identity: str) -> dict[str, Any] | None:
+def note_supervisor(gang_dir: Path, run_id: str, identity: str) -> list[str]:
     """The supervisor of ``run_id`` started: the claim lives as long as it does.
 
-    Returns the recycle the previous run of the gang left to report (its run id and why its ranks were ended
-    early), once: the monitor of this run says it.
+    Returns, once, what the gang has to tell this run's monitor: why the previous run's ranks were ended early
+    (the gang was recycled), and which gangs this gang's start replaced (:func:`acquire`).
     """
     with _locked(gang_dir / "lock"):
         gang = read_json(gang_dir / "gang.json")
         claim = gang.get("claim") or {}
         if claim.get("run_id") != run_id:
-            return None
+            return []
         claim["supervisor"] = identity
         gang["claim"] = claim
         recycle = gang.pop("last_recycle", None)
+        notices = [str(n) for n in gang.pop("notices", None) or []]
         write_json_atomic(gang_dir / "gang.json", gang)
-        return recycle if isinstance(recycle, dict) else None
+    if isinstance(recycle, dict):
+        notices.insert(0, f"warm gang {gang_dir.name}: the ranks of run {recycle.get('run_id')} were recycled "
+                          f"({recycle.get('why')}); this run's ranks are new processes")
+    return notices
 
 
 def next_generation(gang_dir: Path) -> int:

@@ -72,10 +72,8 @@ class WarmSupervisor(Supervisor):
 
     def _start(self) -> None:
         tmp = self._prepare()
-        recycle = registry.note_supervisor(self.gang_dir, self.run_id, self.identity)
-        if recycle:
-            self._notice(f"warm gang {self.gang_dir.name}: the ranks of run {recycle.get('run_id')} were recycled "
-                         f"({recycle.get('why')}); this run's ranks are new processes")
+        for notice in registry.note_supervisor(self.gang_dir, self.run_id, self.identity):
+            self._notice(notice)
         registry.wait_ready(self.gang_dir, progress=self._notice)
         self.generation = registry.next_generation(self.gang_dir)
         address = "127.0.0.1"

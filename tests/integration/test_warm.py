@@ -212,12 +212,22 @@ def test_a_busy_gang_refuses_a_second_run_and_a_cancel_ends_a_blocked_one(warm_h
     assert f"the ranks of run {run.id} were recycled" in notices and "cancelled" in notices, notices
 
 
-def test_a_changed_env_gets_a_gang_of_its_own(warm_home: Path) -> None:
+def test_a_changed_env_gets_a_gang_of_its_own_and_the_old_idle_one_stops(warm_home: Path) -> None:
+    warmup = _run(warm_home, QUICK)  # the module's gang exists and is idle
+    assert _finish(warmup) is RunState.SUCCEEDED, warmup.failure
     before = _gang_ids(warm_home)
+    assert before and pids_with_env(registry.MARKER, before)
     run = _run(warm_home, TRAIN, env={"OMP_NUM_THREADS": "1", "NBTRAIN_TEST_FLAVOUR": "other"})
     assert _finish(run) is RunState.SUCCEEDED, run.failure
     new = _gang_ids(warm_home) - before
     assert len(new) == 1, (before, _gang_ids(warm_home))
+    deadline = time.monotonic() + 15
+    while pids_with_env(registry.MARKER, before) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not pids_with_env(registry.MARKER, before), "the old gang's processes outlived the change of key"
+    notices = " ".join(str(e.data.get("message")) for e in run.events() if e.kind is EventKind.NOTICE)
+    (old,) = before
+    assert f"warm gang {old} was stopped: this cell changed --env" in notices, notices
     (gang,) = new
     registry.stop_gang(registry.find_gang(Store(warm_home), gang))
     assert not pids_with_env(registry.MARKER, {gang})
