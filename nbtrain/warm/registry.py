@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
 import os
 import shutil
@@ -301,10 +302,19 @@ def release(gang_dir: Path, run_id: str, *, recycled: str | None = None) -> None
 
 
 def environment_stamp(python: str) -> dict[str, str]:
-    """What the agents' interpreter and packages are, cheaply (no import): part of the gang key.
+    """What the agents' interpreter and packages are, cheaply (no import, a few ms): part of the gang key.
 
-    The interpreter path, and for torch, Accelerate and nbtrain the location and modification time of their
-    package (an upgrade in place changes it). Another interpreter than this process's: its path only.
+    - the interpreter path;
+    - for torch, Accelerate and nbtrain, the location and modification time of their package (an upgrade in
+      place changes it);
+    - ``distributions``: a digest of the installed distributions and their versions (the ``*.dist-info`` and
+      ``*.egg-info`` entries importlib.metadata reads on ``sys.path``, by name: installing, removing or
+      upgrading any package changes it, a dependency of torch included);
+    - ``nbtrain_sources``: a digest of nbtrain's own source files (path, size, modification time): an editable
+      install edited in place changes it, as the agents run the nbtrain they imported at their start.
+
+    The agents import nothing else (a user's own modules and packages are imported afresh by each run's ranks).
+    Another interpreter than this process's: its path only.
     """
     import importlib.util
 
@@ -318,7 +328,36 @@ def environment_stamp(python: str) -> dict[str, str]:
             stamp[name] = f"{origin}@{os.stat(origin).st_mtime_ns}" if origin else "absent"
         except OSError:
             stamp[name] = "absent"
+    stamp["distributions"] = _distributions_digest(sys.path)
+    stamp["nbtrain_sources"] = _sources_digest(Path(__file__).resolve().parents[1])
     return stamp
+
+
+def _distributions_digest(path: list[str]) -> str:
+    """A digest of the distributions installed on ``path`` (their metadata directories' names: name-version)."""
+    found = []
+    for entry in dict.fromkeys(path):
+        try:
+            names = os.listdir(entry or ".")
+        except OSError:
+            continue
+        found += [f"{entry}/{name}" for name in names if name.endswith((".dist-info", ".egg-info"))]
+    return hashlib.sha256("\n".join(sorted(found)).encode()).hexdigest()[:16]
+
+
+def _sources_digest(package: Path) -> str:
+    """A digest of the ``.py`` files under ``package``: relative path, size and modification time of each."""
+    digest = hashlib.sha256()
+    for directory, subdirs, files in os.walk(package):
+        subdirs[:] = sorted(d for d in subdirs if d != "__pycache__")
+        for name in sorted(f for f in files if f.endswith(".py")):
+            path = os.path.join(directory, name)
+            try:
+                info = os.stat(path)
+            except OSError:
+                continue
+            digest.update(f"{os.path.relpath(path, package)}:{info.st_size}:{info.st_mtime_ns}\n".encode())
+    return digest.hexdigest()[:16]
 
 
 def _rss_mb(pids: list[int]) -> float:
