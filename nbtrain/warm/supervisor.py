@@ -15,10 +15,12 @@ from __future__ import annotations
 import os
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from nbtrain.backends.local.supervisor import Supervisor, next_attempt, supervise
+from nbtrain.backends.local.supervisor import RULES, Supervisor, next_attempt, supervise
+from nbtrain.backends.verdict import Observation
 from nbtrain.events import EventKind
 from nbtrain.model import Failure, RunState
 from nbtrain.runtime import watchdog
@@ -27,6 +29,9 @@ from nbtrain.warm import protocol, registry
 __all__ = ["WarmSupervisor", "main", "run_attempts"]
 
 END_GRACE_S = 3.0
+#: On the first rank error, how long to collect concurrent errors before ending the other ranks (issue 15: ~1 s;
+#: the killed ranks are then collateral, and the first real failure is named).
+FAILURE_SETTLE_S = 1.0
 
 
 class _Node:
@@ -56,6 +61,7 @@ class WarmSupervisor(Supervisor):
         self.ended_early = False
         self.generation_ended = False
         self.released = False
+        self.failed_at: float | None = None
 
     def _sock(self, node: int) -> Path:
         return self.gang_dir / f"node-{node}.sock"
@@ -117,6 +123,16 @@ class WarmSupervisor(Supervisor):
                 known = owner.exits.get(rank) if owner is not None else None
                 if known is not None:
                     self.vanished[rank] = (seen, known)
+
+    def _observe(self, now: float) -> Observation:
+        seen = super()._observe(now)
+        if seen.rank_failed and self.failed_at is None:
+            self.failed_at = now
+        # decide() settles a failure for RULES.failure_settle_s from when it is shown one (0.3 s, shared with cold
+        # runs): shown that much later, a warm gang's wait is FAILURE_SETTLE_S in all
+        if seen.rank_failed and now - (self.failed_at or now) < FAILURE_SETTLE_S - RULES.failure_settle_s:
+            return replace(seen, rank_failed=False)
+        return seen
 
     def _end_gang(self) -> int:
         self.ended_early = self.ended_early or any(h.poll() is None for h in self.nodes)

@@ -119,6 +119,24 @@ def test_a_rank_raising_during_a_blocked_all_reduce_is_named_and_the_next_run_is
     assert _generation(after) > _generation(run)  # new processes: nothing of the failed ranks is reused
 
 
+def test_errors_within_a_second_of_the_first_are_collected_before_the_others_are_ended(warm_home: Path) -> None:
+    cell = textwrap.dedent("""
+        import time
+        from accelerate import Accelerator
+        accelerator = Accelerator()
+        if accelerator.process_index == 1:
+            time.sleep(0.2)
+            raise ValueError("rank one fails first")
+        time.sleep(0.8)
+        raise KeyError("rank zero fails 0.6 s later")
+    """)
+    run = _run(warm_home, cell)
+    assert _finish(run) is RunState.FAILED
+    assert run.failure is not None and run.failure.rank == 1 and run.failure.exc_type == "ValueError", run.failure
+    errors = {e.rank: e.data.get("exc_type") for e in run.events() if e.kind is EventKind.RANK_ERROR}
+    assert errors == {0: "KeyError", 1: "ValueError"}, "rank 0 was ended before its own error was collected"
+
+
 def _generation(run) -> int:  # type: ignore[no-untyped-def]
     for event in run.events():
         message = str(event.data.get("message", "")) if event.kind is EventKind.NOTICE else ""
