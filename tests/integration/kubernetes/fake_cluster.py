@@ -7,6 +7,8 @@ with propagation (Foreground/Background delete the pods; Orphan leaves them) and
 of objects whose ownerReferences point at a deleted owner. Pods it cannot create (``pod_quota``, or
 ``pod_admission``: a Pod Security admission that rejects them) show only as FailedCreate Events of the Job;
 with ``pod_admission`` set, a stand-in for the training operator records FailedCreatePod on PyTorchJobs.
+PyTorchJobs and JobSets run no pods here; their stand-ins only fail them at their deadline (``runPolicy``'s, the
+replicated Job's ``activeDeadlineSeconds``) with the conditions the real controllers write (:meth:`_owner_deadline`).
 
 Kubelet: each pod's command runs as a local process with the pod's environment (``value``,
 ``fieldRef``, ``secretKeyRef`` — from Secret objects created through the API, or ``secrets`` preset by a
@@ -299,6 +301,9 @@ class FakeCluster:
                     self._reconcile(job)
                 for obj in self.store.items("pytorchjobs.kubeflow.org"):
                     self._operator(obj)
+                for resource in ("pytorchjobs.kubeflow.org", "jobsets.jobset.x-k8s.io"):
+                    for obj in [copy.deepcopy(o) for o in self.store.items(resource)]:
+                        self._owner_deadline(resource, obj)
 
     def _operator(self, obj: dict[str, Any]) -> None:
         """The training operator, as far as the fake plays it: it tries to create the replicas' pods and, when an
@@ -307,6 +312,49 @@ class FakeCluster:
             name, ns = obj["metadata"]["name"], obj["metadata"]["namespace"]
             self._event(ns, obj, "FailedCreatePod",
                         f'Error creating: pods "{name}-master-0" is forbidden: {self.pod_admission}')
+
+    def _owner_deadline(self, resource: str, obj: dict[str, Any]) -> None:
+        """A PyTorchJob or JobSet past its deadline fails with the condition its controller writes.
+
+        Training operator (kubeflow/training-operator release-1.9, pkg/controller.v1/common/job.go, ReconcileJobs):
+        type Failed, reason ``PyTorchJobFailed`` (``NewReason(kind, JobFailedReason)``), message "Job NAME has failed
+        because it was active longer than specified deadline". JobSet (kubernetes-sigs/jobset, pkg/controllers/
+        failure_policy.go): its Job fails with ``DeadlineExceeded``; a failure-policy rule FailJobSet on that reason
+        gives reason ``FailJobSetFailurePolicyAction`` and message "applying FailJobSet failure policy action (first
+        failed job: JOB)"; without one, the default RestartJobSet at maxRestarts gives ``ReachedMaxRestarts``, "jobset
+        failed due to reaching max number of restarts (first failed job: JOB)".
+        """
+        meta, spec = obj["metadata"], obj.get("spec") or {}
+        if meta.get("deletionTimestamp") or self._finished(obj, ("Succeeded", "Completed", "Failed")):
+            return
+        if resource.startswith("pytorchjobs"):
+            suspended, deadline = bool((spec.get("runPolicy") or {}).get("suspend")), \
+                (spec.get("runPolicy") or {}).get("activeDeadlineSeconds")
+        else:
+            job = spec["replicatedJobs"][0]
+            suspended, deadline = bool(spec.get("suspend")), job["template"]["spec"].get("activeDeadlineSeconds")
+        times = self.job_times.setdefault(meta["uid"], {})
+        if suspended or deadline is None:
+            return
+        started = times.setdefault("started", time.time())
+        if time.time() - started <= deadline:
+            return
+        name = meta["name"]
+        if resource.startswith("pytorchjobs"):
+            reason, message = "PyTorchJobFailed", f"Job {name} has failed because it was active longer than specified deadline"
+        else:
+            first = f"{name}-{spec['replicatedJobs'][0]['name']}-0"
+            rules = (spec.get("failurePolicy") or {}).get("rules") or []
+            matched = next((r for r in rules if "DeadlineExceeded" in (r.get("onJobFailureReasons") or
+                                                                        ["DeadlineExceeded"])), None)  # [] matches all
+            if matched is not None and matched.get("action") == "FailJobSet":
+                reason, message = "FailJobSetFailurePolicyAction", \
+                    f"applying FailJobSet failure policy action (first failed job: {first})"
+            else:
+                reason, message = "ReachedMaxRestarts", \
+                    f"jobset failed due to reaching max number of restarts (first failed job: {first})"
+        self._set_condition(obj, "Failed", reason, message)
+        self.store.update(resource, meta["namespace"], obj)
 
     def _pods_of(self, namespace: str, job: dict[str, Any]) -> list[dict[str, Any]]:
         uid = job["metadata"]["uid"]
@@ -318,8 +366,8 @@ class FakeCluster:
         conditions.append({"type": kind, "status": "True", "reason": reason, "message": message,
                            "lastTransitionTime": now_rfc3339()})
 
-    def _finished(self, job: dict[str, Any]) -> bool:
-        return any(c["type"] in ("Complete", "Failed") for c in (job.get("status") or {}).get("conditions", []))
+    def _finished(self, job: dict[str, Any], types: tuple[str, ...] = ("Complete", "Failed")) -> bool:
+        return any(c["type"] in types for c in (job.get("status") or {}).get("conditions", []))
 
     def _reconcile(self, job: dict[str, Any]) -> None:
         ns, name, spec = job["metadata"]["namespace"], job["metadata"]["name"], job["spec"]

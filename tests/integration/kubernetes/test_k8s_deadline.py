@@ -1,6 +1,7 @@
 """--timeout on the fake cluster: the Job controller fails the Job at activeDeadlineSeconds (DeadlineExceeded) and ends
-its pods; the verdict says the run exceeded --timeout, with the value. (The fake plays no JobSet or PyTorchJob
-controller that runs pods; their deadline conditions are checked on the objects in tests/unit/kubernetes.)"""
+its pods; the stand-ins for the training operator and the JobSet controller (which run no pods in the fake) fail their
+workloads at the deadline with the conditions the real ones write. Every flavor's verdict says the run exceeded
+--timeout, with the value."""
 
 from __future__ import annotations
 
@@ -36,3 +37,20 @@ def test_a_job_past_its_timeout_fails_saying_it_exceeded_timeout_with_the_value(
     while cluster.store.items("pods", NAMESPACE) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not cluster.store.items("pods", NAMESPACE), "pods of a run past its deadline were left running"
+
+
+@pytest.mark.parametrize("flavor", ["pytorchjob", "jobset"])
+def test_an_operators_workload_past_its_timeout_fails_saying_it_exceeded_timeout(
+    cluster: FakeCluster, k8s_backend: Any, flavor: str,
+) -> None:
+    cluster.store.crds.update({"pytorchjobs.kubeflow.org", "jobsets.jobset.x-k8s.io"})
+    run = submit_bundle(capture_cell("6 * 7\n", {"__name__": "__main__"}),
+                        JobSpec(name=f"slow-{flavor}", nodes=2, backend="kubernetes", device="cpu", flavor=flavor,
+                                timeout_s=3),
+                        store=k8s_backend.store, backend=k8s_backend)
+    assert run.wait(timeout=60, raise_on_failure=False, progress=False) is RunState.FAILED
+    assert run.failure is not None
+    reason = run.failure.reason
+    assert "exceeded --timeout 3 s" in reason, reason
+    assert {"pytorchjob": "active longer than specified deadline",
+            "jobset": "FailJobSetFailurePolicyAction"}[flavor] in reason, reason
