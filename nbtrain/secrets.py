@@ -41,7 +41,7 @@ MASK = "***"
 # Words that make a name a secret's (anywhere in the name).
 _SECRET_WORDS = frozenset(
     "token secret secrets password passwords passwd passphrase pat credential credentials auth oauth apikey "
-    "apikeys privatekey".split()
+    "apikeys privatekey signature".split()  # X-Amz-Signature, X-Goog-Signature: a signed URL's proof
 )
 # Compound words: hftoken, dbpassword, openaiapikey, clientsecret.
 _SECRET_SUFFIXES = ("token", "secret", "password", "passwd", "apikey")
@@ -89,7 +89,8 @@ _URL_PASSWORD = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]*:[^/\s@]+@")
 _URL_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^/?#\s]*)@")
 # Values that hold nothing to hide, whatever the name says (HF_HUB_DISABLE_IMPLICIT_TOKEN=1).
 _NOT_A_SECRET = frozenset({"", MASK, "0", "1", "true", "false", "yes", "no", "on", "off", "none", "null"})
-_QUERY_PARAM = re.compile(r"(?P<lead>[?&;])(?P<name>[^=&#;\s]+)=(?P<value>[^&#;\s]*)")
+# name=value in a URL's query or fragment (an OAuth implicit grant returns #access_token=...).
+_QUERY_PARAM = re.compile(r"(?P<lead>[?&;#])(?P<name>[^=&#;\s]+)=(?P<value>[^&#;\s]*)")
 
 
 def _words(name: str) -> list[str]:
@@ -103,6 +104,8 @@ def looks_secret_name(name: str) -> bool:
     False for ``pad_token``, ``sort_key``, ``key``, ``HF_TOKEN_PATH``, ``TOKENIZERS_PARALLELISM`` (see the module doc).
     """
     words = _words(str(name))
+    if words == ["sig"]:  # an Azure SAS URL's signature (?sv=...&sig=...); SIG_TIMEOUT is no secret
+        return True
     if len(words) > 1 and words[-1] in _ABOUT_THE_SECRET:
         return False
     for index, word in enumerate(words):

@@ -65,22 +65,27 @@ def report() -> dict[str, Any]:
                 "progressed": _progressed, "idle_s": round(time.monotonic() - _last, 3)}
 
 
-def _wrap(name: str, original: Any, *, when: Any = None) -> Any:
-    """``original`` counted as a collective called ``name`` (only while ``when()`` is true, if given)."""
+def _wrap(name: str, original: Any, *, when: Any = None, counted: bool = True) -> Any:
+    """``original`` counted as a collective called ``name`` (only while ``when()`` is true, if given).
+
+    ``counted=False`` (DDP's forward and backward): only *where* the rank is is noted, not a collective issued nor
+    one an error came out of; a backward that is not DDP's (a second model), or an OOM in it, is no desync.
+    """
     @functools.wraps(original)
     def collective(*args: Any, **kwargs: Any) -> Any:
         global _issued, _inside
         if when is not None and not when():
             return original(*args, **kwargs)
         with _lock:
-            _issued += 1
+            _issued += int(counted)
             outer, _inside = _inside, name  # a collective inside another (FSDP's inside backward) restores it
         try:
             return original(*args, **kwargs)
         except BaseException:
             global _failed_in
-            with _lock:
-                _failed_in = name
+            if counted:
+                with _lock:
+                    _failed_in = name
             raise
         finally:
             with _lock:
@@ -104,7 +109,7 @@ def _ddp_in_use() -> bool:
 
 
 def _wrap_ddp(original: Any) -> Any:
-    counted = _wrap(DDP_FORWARD, original)
+    counted = _wrap(DDP_FORWARD, original, counted=False)
 
     @functools.wraps(original)
     def pre_forward(*args: Any, **kwargs: Any) -> Any:
@@ -132,7 +137,7 @@ def wrap_collectives() -> None:
     if pre_forward is not None and not getattr(pre_forward, "_nbtrain", False):
         DistributedDataParallel._pre_forward = _wrap_ddp(pre_forward)  # type: ignore[method-assign]  # the hook
     if not getattr(torch.autograd.backward, "_nbtrain", False):
-        torch.autograd.backward = _wrap(DDP_BACKWARD, torch.autograd.backward, when=_ddp_in_use)
+        torch.autograd.backward = _wrap(DDP_BACKWARD, torch.autograd.backward, when=_ddp_in_use, counted=False)
 
 
 def dump_on_signal() -> int | None:

@@ -48,6 +48,9 @@ def profile_wire(profile: Profile) -> dict[str, Any]:
     from nbtrain.profiles.render import profile_json
 
     data = profile_json(profile)
+    for key in ("description", "source", "origin", "contact", "docs"):  # free text a team writes: URLs may carry
+        if isinstance(data.get(key), str):                               # credentials (a docs link with a token)
+            data[key] = _redacted(data[key])
     data["options"] = {flag: _redacted(value) for flag, value in profile.values.items()}
     return data
 

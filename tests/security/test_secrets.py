@@ -182,3 +182,15 @@ def test_the_mlflow_link_never_shows_credentials(home: Path) -> None:
     url = Run(store.load(run_id), store).tracking_url()
     assert url == "https://ml.example:5000/#/experiments/7/runs/r1"
 
+
+
+def test_signed_urls_and_fragments_lose_their_proof() -> None:
+    from nbtrain.secrets import looks_secret_name, redact_url
+
+    sas = "https://acct.blob.core.windows.net/mlflow?sv=2022-11-02&ss=b&sig=AbCdEf1234567890abcdef%2Bxyz%3D"
+    assert redact_url(sas) == "https://acct.blob.core.windows.net/mlflow?sv=2022-11-02&ss=b&sig=***"
+    s3 = "https://b.s3.amazonaws.com/o?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Signature=deadbeefdeadbeef"
+    assert redact_url(s3).endswith("X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Signature=***")
+    assert redact_url("https://h/cb#access_token=abc123456789abcdef&state=1") == "https://h/cb#access_token=***&state=1"
+    assert redact_url("see https://h/a#section-2") == "see https://h/a#section-2"
+    assert not any(looks_secret_name(n) for n in ("SIG_TIMEOUT", "SIGTERM_GRACE", "SIGNATURE_PATH"))
