@@ -41,7 +41,7 @@ MASK = "***"
 # Words that make a name a secret's (anywhere in the name).
 _SECRET_WORDS = frozenset(
     "token secret secrets password passwords passwd passphrase pat credential credentials auth oauth apikey "
-    "apikeys privatekey signature".split()  # X-Amz-Signature, X-Goog-Signature: a signed URL's proof
+    "apikeys privatekey".split()
 )
 # Compound words: hftoken, dbpassword, openaiapikey, clientsecret.
 _SECRET_SUFFIXES = ("token", "secret", "password", "passwd", "apikey")
@@ -89,7 +89,8 @@ _URL_PASSWORD = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]*:[^/\s@]+@")
 _URL_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^/?#\s]*)@")
 # Values that hold nothing to hide, whatever the name says (HF_HUB_DISABLE_IMPLICIT_TOKEN=1).
 _NOT_A_SECRET = frozenset({"", MASK, "0", "1", "true", "false", "yes", "no", "on", "off", "none", "null"})
-# name=value in a URL's query or fragment (an OAuth implicit grant returns #access_token=...).
+# name=value in a URL's query or fragment (an OAuth implicit grant returns #access_token=...). In a URL, a
+# parameter named sig or ...signature is a signed URL's proof (Azure SAS sig=, X-Amz-Signature, X-Goog-Signature).
 _QUERY_PARAM = re.compile(r"(?P<lead>[?&;#])(?P<name>[^=&#;\s]+)=(?P<value>[^&#;\s]*)")
 
 
@@ -104,8 +105,6 @@ def looks_secret_name(name: str) -> bool:
     False for ``pad_token``, ``sort_key``, ``key``, ``HF_TOKEN_PATH``, ``TOKENIZERS_PARALLELISM`` (see the module doc).
     """
     words = _words(str(name))
-    if words == ["sig"]:  # an Azure SAS URL's signature (?sv=...&sig=...); SIG_TIMEOUT is no secret
-        return True
     if len(words) > 1 and words[-1] in _ABOUT_THE_SECRET:
         return False
     for index, word in enumerate(words):
@@ -161,7 +160,8 @@ def redact_url(text: str) -> str:
         return text
 
     def query(match: re.Match[str]) -> str:
-        if looks_secret(match.group("name"), match.group("value")):
+        name, value = match.group("name"), match.group("value")
+        if looks_secret(name, value) or (_words(name)[-1:] in (["sig"], ["signature"]) and value):
             return f"{match.group('lead')}{match.group('name')}={MASK}"
         return match.group(0)
 
