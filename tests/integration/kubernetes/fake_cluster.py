@@ -703,9 +703,12 @@ sys.meta_path.insert(0, _Lacks())
 def _hider() -> Path:
     """A directory whose sitecustomize.py makes the packages in FAKE_IMAGE_LACKS unimportable, as in an image
     that does not have them (the pod's Python is this host's)."""
+    import atexit
+    import shutil
     import tempfile
 
     root = Path(tempfile.mkdtemp(prefix="fake-image-"))
+    atexit.register(shutil.rmtree, root, True)  # one per test process; removed when it ends (ignore_errors)
     (root / "sitecustomize.py").write_text(_HIDER)
     return root
 
