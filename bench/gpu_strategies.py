@@ -126,7 +126,9 @@ def main() -> int:
            "BENCH_WIDTH": "64" if args.cpu else "4096", "BENCH_DEPTH": "2" if args.cpu else "6",
            "BENCH_BATCH": "32" if args.cpu else "64"}
     os.environ["BENCH_PROCS"] = str(args.gpus)
-    os.environ.setdefault("NBTRAIN_HOME", tempfile.mkdtemp(prefix="nbtrain-gpubench-"))
+    from scratch import scratch_home  # bench/ is on sys.path when a bench runs
+
+    scratch_home("nbtrain-gpubench-")
     os.environ.setdefault("NBTRAIN_TRACKING", "0")  # MLflow is not what is measured here
     from IPython.core.interactiveshell import InteractiveShell
 

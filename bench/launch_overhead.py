@@ -101,7 +101,9 @@ def main() -> int:
         from slurm_overhead import main_slurm
 
         return main_slurm(args.repeats)
-    os.environ.setdefault("NBTRAIN_HOME", tempfile.mkdtemp(prefix="nbtrain-bench-"))
+    from scratch import scratch_home  # bench/ is on sys.path when a bench runs
+
+    scratch_home("nbtrain-bench-")
     from IPython.core.interactiveshell import InteractiveShell
 
     from nbtrain.backends.local.ports import free_port

@@ -104,7 +104,9 @@ def main_slurm(repeats: int) -> int:
         print(f"Slurm is not installed ({', '.join(missing)} missing): apt-get install -y --no-install-recommends "
               "slurmctld slurmd slurm-client", file=sys.stderr)
         return 2
-    os.environ.setdefault("NBTRAIN_HOME", tempfile.mkdtemp(prefix="nbtrain-bench-"))
+    from scratch import scratch_home  # bench/ is on sys.path when a bench runs
+
+    scratch_home("nbtrain-bench-")
     os.environ["NBTRAIN_TRACKING"] = os.environ.get("NBTRAIN_TRACKING", "0")
     root = Path(tempfile.mkdtemp(prefix="nbslurm-", dir="/tmp"))  # short: slurmd's socket paths must fit
     ours: list[float] = []

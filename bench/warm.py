@@ -55,7 +55,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
-    os.environ.setdefault("NBTRAIN_HOME", tempfile.mkdtemp(prefix="nbtrain-bench-"))
+    from scratch import scratch_home  # bench/ is on sys.path when a bench runs
+
+    scratch_home("nbtrain-bench-")
     os.environ["NBTRAIN_TRACKING"] = "0"  # the bench measures start-up, not MLflow
     from IPython.core.interactiveshell import InteractiveShell
 
