@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 from nbtrain.backends.local.supervisor import RULES, Supervisor, next_attempt, supervise
-from nbtrain.backends.verdict import Observation
 from nbtrain.events import EventKind
 from nbtrain.model import Failure, RunState
 from nbtrain.runtime import watchdog
@@ -53,6 +52,8 @@ class _Node:
 class WarmSupervisor(Supervisor):
     """See the module docstring."""
 
+    rules = replace(RULES, failure_settle_s=FAILURE_SETTLE_S)
+
     def __init__(self, attempt_dir: Path) -> None:
         super().__init__(attempt_dir)
         self.gang_dir = Path(self.plan["warm"]["gang_dir"])
@@ -61,7 +62,6 @@ class WarmSupervisor(Supervisor):
         self.ended_early = False
         self.generation_ended = False
         self.released = False
-        self.failed_at: float | None = None
 
     def _sock(self, node: int) -> Path:
         return self.gang_dir / f"node-{node}.sock"
@@ -123,16 +123,6 @@ class WarmSupervisor(Supervisor):
                 known = owner.exits.get(rank) if owner is not None else None
                 if known is not None:
                     self.vanished[rank] = (seen, known)
-
-    def _observe(self, now: float) -> Observation:
-        seen = super()._observe(now)
-        if seen.rank_failed and self.failed_at is None:
-            self.failed_at = now
-        # decide() settles a failure for RULES.failure_settle_s from when it is shown one (0.3 s, shared with cold
-        # runs): shown that much later, a warm gang's wait is FAILURE_SETTLE_S in all
-        if seen.rank_failed and now - (self.failed_at or now) < FAILURE_SETTLE_S - RULES.failure_settle_s:
-            return replace(seen, rank_failed=False)
-        return seen
 
     def _end_gang(self) -> int:
         self.ended_early = self.ended_early or any(h.poll() is None for h in self.nodes)

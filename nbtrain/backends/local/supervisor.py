@@ -75,6 +75,8 @@ def _gist(stall: Assessment | None) -> tuple[str, tuple[int, ...], tuple[int, ..
 class Supervisor:
     """Runs one attempt described by ``plan.json`` in ``attempt_dir``; see the module docstring."""
 
+    rules: Rules = RULES  # the verdict's timings (a warm gang's supervisor collects rank errors longer)
+
     def __init__(self, attempt_dir: Path) -> None:
         self.dir = attempt_dir
         self.plan: dict[str, Any] = read_json(attempt_dir / "plan.json")
@@ -390,7 +392,7 @@ class Supervisor:
             while True:
                 time.sleep(POLL_S)
                 self._ingest()
-                decision = decide(self._observe(time.monotonic()), clock, RULES)
+                decision = decide(self._observe(time.monotonic()), clock, self.rules)
                 clock = decision.clock
                 if decision.end_gang:
                     self._end_gang()
