@@ -21,7 +21,7 @@ from typing import Any
 from nbtrain.events import Event
 
 __all__ = ["Batch", "Failure", "LogLine", "LogPage", "RunSnapshot", "RunState", "RunStatus", "RunSummary",
-           "json_safe"]
+           "WarmFacts", "json_safe"]
 
 
 class RunState(str, enum.Enum):
@@ -140,6 +140,17 @@ DETAIL_MAX = 500  # characters of RunSummary.detail (one line in a panel row)
 
 
 @dataclass(frozen=True)
+class WarmFacts:
+    """The warm gang a ``--warm`` run's current attempt runs on: ``gang`` and ``generation`` once its ranks were
+    forked ("" and 0 before), and why that generation was recycled ("" unless it was: a failure, a cancel, leaked
+    processes; see :mod:`nbtrain.warm.recycle`)."""
+
+    gang: str = ""
+    generation: int = 0
+    recycled: str = ""
+
+
+@dataclass(frozen=True)
 class RunSnapshot:
     """An immutable picture of a run at one moment (what readers get instead of the Run's insides)."""
 
@@ -161,6 +172,7 @@ class RunSnapshot:
     notices: tuple[str, ...] = ()
     last_metrics: Mapping[str, float] = field(default_factory=dict)
     detail: str = ""
+    warm: WarmFacts | None = None  # None: a cold run
 
     def summary(self, *, notebook: str | None = None, tracking_url: str | None = None,
                 now: float | None = None) -> RunSummary:

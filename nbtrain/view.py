@@ -176,6 +176,8 @@ class RunView:
     failure: Failure | None = None
     total: int | None = None
     notices: list[str] = field(default_factory=list)
+    #: the current attempt's warm gang, from the supervisor's notices: gang, generation, recycled (cold: empty)
+    warm: dict[str, Any] = field(default_factory=dict)
     ranks: dict[int, RankInfo] = field(default_factory=dict)
     metrics: dict[int, dict[str, MetricSeries]] = field(default_factory=dict)
     last_seq: dict[tuple[str, int], int] = field(default_factory=dict)
@@ -201,6 +203,7 @@ class RunView:
         if event.attempt > self.attempt:
             self.attempt = event.attempt
             self.ranks.clear()
+            self.warm = {}
             self.failure = None
             self.result_b64 = None  # the result is the latest attempt's
         if kind is EventKind.STATE:
@@ -224,6 +227,8 @@ class RunView:
             message = str(data.get("message", ""))
             if message and message not in self.notices:
                 self.notices.append(message)
+            if isinstance(data.get("warm"), dict) and event.source == "supervisor":  # gang, generation, recycled
+                self.warm.update(data["warm"])
             if isinstance(data.get("stalled"), list):  # the supervisor's stall notice (an empty list: resumed)
                 for rank in data["stalled"]:
                     self.ranks.setdefault(int(rank), RankInfo(int(rank)))

@@ -8,6 +8,8 @@ import {
   formatStep,
   formatTick,
   formatValue,
+  launchText,
+  recycledText,
   stateLabel,
 } from "../src/monitor/format";
 import type { Header } from "../src/monitor/protocol";
@@ -60,5 +62,18 @@ describe("format", () => {
     assert.equal(stateLabel("running", true), "Stopping");
     assert.equal(stateLabel("cancelled", true), "Cancelled");
     assert.equal(stateLabel("running", false), "Running");
+  });
+
+  it("says how a run was started: cold, or its warm gang and generation, and why that generation was recycled", () => {
+    assert.equal(launchText(null), "cold");
+    assert.equal(recycledText(null), "");
+    assert.equal(launchText({ gang: "", generation: 0, recycled: "" }), "warm, gang starting");
+    const warm = { gang: "gang-3fa9c2d1-0a1b2c", generation: 3, recycled: "" };
+    assert.equal(launchText(warm), "warm gang-3fa9c2d1-0a1b2c · gen 3");
+    assert.equal(recycledText(warm), "");
+    assert.equal(
+      recycledText({ ...warm, recycled: "rank 1 raised ValueError" }),
+      "gang recycled after generation 3: rank 1 raised ValueError",
+    );
   });
 });

@@ -22,7 +22,7 @@ from nbtrain.client.progress import ProgressLine
 from nbtrain.client.watcher import RunWatcher
 from nbtrain.errors import NbtrainError, RunFailedError
 from nbtrain.events import Event
-from nbtrain.model import Batch, Failure, LogPage, RunSnapshot, RunState, RunStatus
+from nbtrain.model import Batch, Failure, LogPage, RunSnapshot, RunState, RunStatus, WarmFacts
 from nbtrain.reader import RunFacts
 from nbtrain.secrets import redact_url
 from nbtrain.spec import JobSpec, tracking_default
@@ -424,8 +424,16 @@ class Run:
                 started=view.started or status.started, ended=status.ended or view.ended,
                 step=max(steps) if steps else None, total=view.total, failure=failure,
                 can_resume=can_resume, notices=tuple(view.notices),
-                last_metrics=view.last_metrics(0), detail=status.detail,
+                last_metrics=view.last_metrics(0), detail=status.detail, warm=self._warm_facts(),
             )
+
+    def _warm_facts(self) -> WarmFacts | None:
+        """The current attempt's warm gang as its supervisor's notices tell it (None: a cold run; under the lock)."""
+        if not self.spec.warm:
+            return None
+        facts = self.view.warm
+        return WarmFacts(gang=str(facts.get("gang") or ""), generation=int(facts.get("generation") or 0),
+                         recycled=str(facts.get("recycled") or ""))
 
     # -- display ----------------------------------------------------------------------------------
     def monitor(self) -> Any:
@@ -473,6 +481,10 @@ class Run:
             f"  gang: {self.spec.nodes} node(s) x {self.spec.procs} process(es) = world size {self.spec.world_size}",
             f"  duration: {ended - started:.1f} s",
         ]
+        warm = self._warm_facts()
+        if warm is not None and warm.gang:
+            lines.append(f"  warm gang: {warm.gang}, generation {warm.generation}"
+                         + (f"; recycled: {warm.recycled}" if warm.recycled else ""))
         detail = self._last_status.detail.strip() if self._last_status is not None else ""
         if detail and not state.terminal:  # what the backend says it is doing: queued and why, a stall, ...
             lines.append(f"  now: {detail}")

@@ -26,7 +26,7 @@ USAGE = """%nbtrain SUBCOMMAND ...
   rerun [RUN] [--out NAME] [--nodes N --gpus N ...]
                             run the last failed run (or RUN) again from scratch, same code;
                             job options given override its spec
-  gangs                     list warm gangs (shape, state, idle time, memory)
+  gangs                     list warm gangs (shape, state, idle time, memory, generation, last recycle)
   gang stop [GANG]          end a warm gang (default: every warm gang)
   doctor                    check torch, accelerate, devices and the run store
   export [--out DIR] [--cell N|last] [--params A,B]

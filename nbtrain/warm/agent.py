@@ -9,7 +9,8 @@ agent, marked with its run id: :mod:`nbtrain.warm.marker`), and the agent of nod
 - ``fork``: fork the ranks of this node for a generation (environment from :mod:`nbtrain.warm.rankenv`);
 - ``poll``: the exit codes of a generation's ranks (None while running; negative: killed by that signal);
 - ``end``: end a generation: SIGTERM its ranks' process groups, SIGKILL after a grace, and its store holder;
-  a generation whose supervisor died is ended the same way without being asked;
+  answers how many ranks had to be killed and how many processes the ranks left running in their sessions
+  (``leaked``: the post-run check); a generation whose supervisor died is ended the same way without being asked;
 - ``supervise`` (node 0): fork the supervisor of a warm attempt (:mod:`nbtrain.warm.supervisor`), in its own
   session, with the environment, directory and log the run's submitter gives;
 - ``ping``/``stop``.
@@ -193,9 +194,11 @@ class Agent:
             return {"ok": True, "known": True,
                     "exits": {str(r): gen.exits.get(r) for r in gen.ranks}}
         if op == "end":
+            self._reap()
+            leaked = self._leaked(gen) if gen is not None else 0
             killed = self._end(gen, grace_s=float(request.get("grace_s", 3.0))) if gen is not None else 0
             self.generations.pop(number, None)
-            return {"ok": True, "killed": killed}
+            return {"ok": True, "killed": killed, "leaked": leaked}
         return {"ok": False, "error": f"unknown op {op!r}"}
 
     # -- processes --------------------------------------------------------------------------------
@@ -330,6 +333,25 @@ class Agent:
             return True
         except (ProcessLookupError, PermissionError):
             return False
+
+    @staticmethod
+    def _leaked(gen: Generation) -> int:
+        """Processes still running in the sessions of ``gen``'s ranks once every rank exited (the post-run check:
+        DataLoader workers, subprocesses); 0 while a rank still runs (then what it started is ended with it)."""
+        if not gen.ranks or any(r not in gen.exits for r in gen.ranks):
+            return 0
+        sessions = {str(pid) for pid in gen.ranks.values()}
+        count = 0
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[-1].split()
+            except OSError:
+                continue
+            if len(fields) > 3 and fields[3] in sessions and fields[0] not in ("Z", "X"):
+                count += 1
+        return count
 
     def _end(self, gen: Generation, *, grace_s: float) -> int:
         """End ``gen``: its ranks (and whatever they started: their sessions), then its store holder."""

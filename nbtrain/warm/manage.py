@@ -19,13 +19,14 @@ def _age(seconds: float | None) -> str:
 
 
 def gangs_table(store: Store) -> str:
-    """The warm gangs of ``store`` as a table (id, backend, shape, state, idle, memory, generations)."""
+    """The warm gangs of ``store`` as a table: id, backend, shape, state, idle time, memory, the latest generation
+    (one per run attempt) and why the latest recycled generation was recycled."""
     gangs = registry.list_gangs(store)
     if not gangs:
         return "no warm gangs: a %%distributed --warm cell starts one"
-    head = ("GANG", "BACKEND", "SHAPE", "STATE", "IDLE", "MEMORY", "RUNS")
-    rows = [head] + [(g.id, g.backend, g.shape, g.state, _age(g.idle_s), f"{g.rss_mb:.0f} MB", str(g.generation))
-                     for g in gangs]
+    head = ("GANG", "BACKEND", "SHAPE", "STATE", "IDLE", "MEMORY", "GENERATION", "LAST RECYCLE")
+    rows = [head] + [(g.id, g.backend, g.shape, g.state, _age(g.idle_s), f"{g.rss_mb:.0f} MB", str(g.generation),
+                      g.last_recycle or "-") for g in gangs]
     widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows)
 

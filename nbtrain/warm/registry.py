@@ -59,6 +59,7 @@ class GangInfo:
     generation: int
     created: float
     directory: Path
+    last_recycle: str = ""  # why the gang's latest recycled generation was, "rank 1 raised ValueError (gen 3)"
 
 
 def read_json(path: Path) -> dict[str, Any]:
@@ -285,8 +286,8 @@ def next_generation(gang_dir: Path) -> int:
         return int(gang["generation"])
 
 
-def release(gang_dir: Path, run_id: str, *, recycled: str | None = None) -> None:
-    """``run_id`` is done with the gang; ``recycled``: why its ranks were ended before they finished (shown)."""
+def release(gang_dir: Path, run_id: str, *, recycled: str | None = None, generation: int = 0) -> None:
+    """``run_id`` is done with the gang; ``recycled``: why its ranks (of ``generation``) were recycled (shown)."""
     with _locked(gang_dir / "lock"):
         gang = read_json(gang_dir / "gang.json")
         if not gang:
@@ -295,7 +296,7 @@ def release(gang_dir: Path, run_id: str, *, recycled: str | None = None) -> None
             gang["claim"] = None
         gang["last_used"] = time.time()
         if recycled:
-            entry = {"run_id": run_id, "why": recycled, "at": time.time()}
+            entry = {"run_id": run_id, "why": recycled, "at": time.time(), "generation": generation}
             gang["recycled"] = [*gang.get("recycled", [])[-9:], entry]
             gang["last_recycle"] = entry
         write_json_atomic(gang_dir / "gang.json", gang)
@@ -396,11 +397,15 @@ def list_gangs(store: Store) -> list[GangInfo]:
         else:
             state = "idle"
         last = float(gang.get("last_used") or gang.get("created") or time.time())
+        recycles = gang.get("recycled") or [{}]
+        recycle = recycles[-1] if isinstance(recycles[-1], dict) else {}
         out.append(GangInfo(id=gang_dir.name, backend=str(gang.get("backend", "local")), shape=f"{nodes}x{per_node}",
                             state=state, idle_s=time.time() - last if state == "idle" else None,
                             rss_mb=_rss_mb(gang_pids(gang_dir.name)) if alive else 0.0,
                             generation=int(gang.get("generation", 0)), created=float(gang.get("created", 0)),
-                            directory=gang_dir))
+                            directory=gang_dir,
+                            last_recycle=f"{recycle['why']} (gen {recycle.get('generation') or '?'})"
+                            if recycle.get("why") else ""))
     return sorted(out, key=lambda g: -g.created)
 
 

@@ -5,9 +5,11 @@ The local supervisor's rules and verdicts (:class:`nbtrain.backends.local.superv
 ``accelerate launch``: one generation per attempt, its store held by the agent of node 0. Each node is seen
 as a launcher that ends when the node's ranks have ended (their exit codes from the agent, so a killed rank is
 named with its signal). Whatever the verdict, the generation is ended when the attempt is (its ranks' sessions
-killed: nothing a run started survives it) and the gang is released for the next run, noting why when the
-ranks had to be ended early (the gang was recycled). Both happen before the verdict is written: whoever sees
-the run end (``run.wait()`` returning) may submit the next warm cell at once and finds the gang free.
+killed: nothing a run started survives it) and the gang is released for the next run. Both happen before the
+verdict is written: whoever sees the run end (``run.wait()`` returning) may submit the next warm cell at once and
+finds the gang free. Unless every rank finished cleanly and left nothing running, the generation was
+**recycled**: a notice says why (:func:`nbtrain.warm.recycle.recycle_reason`), with the gang id and generation
+in its ``warm`` payload, as the notice of the generation's start has them (the monitor's header shows both).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from nbtrain.events import EventKind
 from nbtrain.model import Failure, RunState
 from nbtrain.runtime import watchdog
 from nbtrain.warm import protocol, registry
+from nbtrain.warm.recycle import recycle_reason
 
 __all__ = ["WarmSupervisor", "main", "run_attempts"]
 
@@ -59,7 +62,8 @@ class WarmSupervisor(Supervisor):
         self.gang_dir = Path(self.plan["warm"]["gang_dir"])
         self.generation = 0
         self.nodes: list[_Node] = []
-        self.ended_early = False
+        self.leaked = 0  # processes the ranks left in their sessions (the post-run check)
+        self.failure: Failure | None = None
         self.generation_ended = False
         self.released = False
 
@@ -88,7 +92,8 @@ class WarmSupervisor(Supervisor):
         gang = registry.read_json(self.gang_dir / "gang.json")
         self.out.emit(EventKind.NOTICE, message=f"warm gang {self.gang_dir.name}: generation {self.generation} "
                                                 f"(gang started {time.time() - float(gang.get('created', 0)):.0f} s "
-                                                "ago; ranks forked from its agents)")
+                                                "ago; ranks forked from its agents)",
+                      warm={"gang": self.gang_dir.name, "generation": self.generation})
         for launcher in self.plan["launchers"]:
             env = dict(os.environ)
             env.update(launcher["env"])
@@ -125,14 +130,15 @@ class WarmSupervisor(Supervisor):
                     self.vanished[rank] = (seen, known)
 
     def _end_gang(self) -> int:
-        self.ended_early = self.ended_early or any(h.poll() is None for h in self.nodes)
         killed = 0
         for node in range(len(self.nodes)):
             try:
-                killed += int(self._call(node, {"op": "end", "generation": self.generation, "grace_s": END_GRACE_S},
-                                         timeout=END_GRACE_S + 10)["killed"])
+                answer = self._call(node, {"op": "end", "generation": self.generation, "grace_s": END_GRACE_S},
+                                    timeout=END_GRACE_S + 10)
             except (protocol.AgentUnreachable, RuntimeError):
-                pass
+                continue
+            killed += int(answer["killed"])
+            self.leaked += int(answer.get("leaked") or 0)
         for handle in self.nodes:
             for rank, code in handle.exits.items():
                 if code is None:
@@ -141,21 +147,31 @@ class WarmSupervisor(Supervisor):
 
     def _hand_back(self) -> None:
         """End the generation and, unless the run restarts on this gang, release the gang (each once)."""
+        why = None
         if not self.generation_ended and self.generation:
             self._end_gang()  # also after a clean finish: children the ranks left behind, the store holder
+            why = self._recycled()
         self.generation_ended = True
         if self.will_retry or self.released:
             return
         self.released = True
-        why = None
-        if self.state is not RunState.SUCCEEDED and self.ended_early:
-            why = f"ranks ended by the verdict of attempt {self.plan['attempt']} ({self.state.value})"
-        registry.release(self.gang_dir, self.run_id, recycled=why)
+        registry.release(self.gang_dir, self.run_id, recycled=why, generation=self.generation)
+
+    def _recycled(self) -> str | None:
+        """Say why this generation's ranks were recycled, if they were (a notice the monitor's header reads)."""
+        state = self.state if self.state.terminal else RunState.FAILED  # no verdict: the supervisor failed
+        why = recycle_reason(state, self.failure, leaked=self.leaked)
+        if why is not None:
+            self.out.emit(EventKind.NOTICE, message=f"warm gang {self.gang_dir.name}: generation {self.generation} "
+                                                    f"recycled: {why}; the next run's ranks are new processes",
+                          warm={"gang": self.gang_dir.name, "generation": self.generation, "recycled": why})
+        return why
 
     def _finish(self, state: RunState, reason: str = "", failure: Failure | None = None) -> None:
         # The verdict is what run.wait() returns on, and the gang's claim lives while this process does: the gang
         # is released first, or a cell submitted right after wait() returns would be refused as busy.
         self.state = state
+        self.failure = failure
         self._hand_back()
         super()._finish(state, reason, failure)
 

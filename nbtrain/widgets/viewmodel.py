@@ -226,6 +226,9 @@ class MonitorModel:
             "detail": snapshot.detail.strip() if not state.terminal else "",
             "tracking_url": tracking_url, "can_resume": snapshot.can_resume,
             "stopping": stopping and not state.terminal,
+            "warm": None if snapshot.warm is None else {"gang": snapshot.warm.gang,
+                                                        "generation": snapshot.warm.generation,
+                                                        "recycled": snapshot.warm.recycled},
         }
 
     def ranks(self, ranks: Mapping[int, RankInfo], state: RunState, *, now: float | None = None) -> dict[str, Any]:

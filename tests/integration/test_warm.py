@@ -26,7 +26,9 @@ from nbtrain.model import RunState
 from nbtrain.spec import JobSpec
 from nbtrain.store import Store
 from nbtrain.warm import registry
+from nbtrain.warm.manage import gangs_table
 from nbtrain.warm.registry import GangBusy
+from nbtrain.widgets.viewmodel import MonitorLimits, MonitorModel
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -85,6 +87,13 @@ def _gang_ids(home: Path) -> set[str]:
     return {g.id for g in registry.list_gangs(Store(home))}
 
 
+def _header(run) -> dict:  # type: ignore[no-untyped-def,type-arg]
+    """The monitor's header of ``run`` as the widget would send it now."""
+    snapshot = run.snapshot()
+    model = MonitorModel(run.id, snapshot.name, snapshot.backend, snapshot.nodes, snapshot.procs, {}, MonitorLimits())
+    return model.header(snapshot, {})
+
+
 def test_cold_and_warm_runs_of_one_bundle_train_identically(warm_home: Path) -> None:
     cold = _run(warm_home, TRAIN, warm=False)
     assert _finish(cold) is RunState.SUCCEEDED, cold.failure
@@ -96,6 +105,12 @@ def test_cold_and_warm_runs_of_one_bundle_train_identically(warm_home: Path) -> 
     assert len(_gang_ids(warm_home)) == 1, "the second warm run did not reuse the gang"
     notices = " ".join(str(e.data.get("message")) for e in second.events() if e.kind is EventKind.NOTICE)
     assert "warm gang" in notices and "generation" in notices, notices
+    # the monitor's header says cold or warm, the gang and the generation; a clean generation is not recycled
+    assert _header(cold)["warm"] is None
+    (gang,) = _gang_ids(warm_home)
+    assert _header(first)["warm"]["gang"] == _header(second)["warm"]["gang"] == gang
+    assert _header(second)["warm"] == {"gang": gang, "generation": _generation(first) + 1, "recycled": ""}
+    assert f"warm gang: {gang}, generation {_generation(second)}" in second.summary()
 
 
 def test_a_rank_raising_during_a_blocked_all_reduce_is_named_and_the_next_run_is_fresh(warm_home: Path) -> None:
@@ -114,9 +129,12 @@ def test_a_rank_raising_during_a_blocked_all_reduce_is_named_and_the_next_run_is
     assert failure is not None and failure.rank == 1 and failure.exc_type == "ValueError", failure
     status = json.loads((Store(warm_home).attempt_dir(run.id, 0) / "status.json").read_text())
     assert status["ended"] - failure.time < 5.0, "the verdict came more than 5 s after rank 1 raised"
+    assert _header(run)["warm"]["recycled"] == "rank 1 raised ValueError"
+    generation = _generation(run)
+    assert f"rank 1 raised ValueError (gen {generation})" in gangs_table(Store(warm_home))
     after = _run(warm_home, TRAIN)
     assert _finish(after) is RunState.SUCCEEDED, after.failure
-    assert _generation(after) > _generation(run)  # new processes: nothing of the failed ranks is reused
+    assert _generation(after) > generation  # new processes: nothing of the failed ranks is reused
 
 
 def test_errors_within_a_second_of_the_first_are_collected_before_the_others_are_ended(warm_home: Path) -> None:
@@ -158,6 +176,7 @@ def test_a_rank_killed_by_sigkill_is_named_with_its_signal(warm_home: Path) -> N
     assert _finish(run) is RunState.FAILED
     failure = run.failure
     assert failure is not None and failure.rank == 1 and failure.signal == "SIGKILL", failure
+    assert _header(run)["warm"]["recycled"] == "rank 1 died (SIGKILL)"
 
 
 def test_destroying_the_process_group_and_leaking_dataloader_workers_do_not_reach_the_next_run(
@@ -186,6 +205,8 @@ def test_destroying_the_process_group_and_leaking_dataloader_workers_do_not_reac
     while any(Path(f"/proc/{pid}").exists() for pid in workers) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not any(Path(f"/proc/{pid}").exists() for pid in workers), f"DataLoader workers {workers} outlived the run"
+    # the post-run check found them: the generation was recycled, saying why (the run itself succeeded)
+    assert _header(run)["warm"]["recycled"].startswith("leaked"), _header(run)
     after = _run(warm_home, TRAIN)
     assert _finish(after) is RunState.SUCCEEDED, after.failure
 
@@ -224,6 +245,7 @@ def test_a_busy_gang_refuses_a_second_run_and_a_cancel_ends_a_blocked_one(warm_h
     run.cancel()
     assert run.status() is RunState.CANCELLED
     assert time.monotonic() - started < 20
+    assert _header(run)["warm"]["recycled"] == "cancelled", _header(run)
     after = _run(warm_home, TRAIN)
     assert _finish(after) is RunState.SUCCEEDED, after.failure
     notices = " ".join(str(e.data.get("message")) for e in after.events() if e.kind is EventKind.NOTICE)

@@ -1,6 +1,6 @@
 /** Small text helpers shared by the views (pure). */
 
-import type { Header } from "./protocol";
+import type { Header, WarmFacts } from "./protocol";
 
 /** `42 s`, `3 m 05 s`, `1 h 02 m`. */
 export function formatDuration(seconds: number | null): string {
@@ -80,4 +80,17 @@ export function exitText(exitCode: number | null, signal: string | null): string
 export function stateLabel(state: string, stopping: boolean): string {
   if (stopping && !["succeeded", "failed", "cancelled"].includes(state)) return "Stopping";
   return state ? state.charAt(0).toUpperCase() + state.slice(1) : "";
+}
+
+/** How the run was started: "cold", or its warm gang and generation ("warm gang-… · gen 3"; "warm, gang starting"
+ * before the ranks were forked). The recycle reason is shown apart ({@link recycledText}). */
+export function launchText(warm: WarmFacts | null): string {
+  if (warm === null) return "cold";
+  if (!warm.gang) return "warm, gang starting";
+  return `warm ${warm.gang} · gen ${warm.generation}`;
+}
+
+/** "recycled: <why>" once the warm generation's ranks were recycled; "" otherwise (and for cold runs). */
+export function recycledText(warm: WarmFacts | null): string {
+  return warm !== null && warm.recycled ? `gang recycled after generation ${warm.generation}: ${warm.recycled}` : "";
 }

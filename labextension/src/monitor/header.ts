@@ -1,7 +1,7 @@
 /** Header: run identity, state with elapsed time, progress, notices, and the Stop / Resume / MLflow buttons. */
 
 import { h, setAttr, setText, show } from "./dom";
-import { elapsedSeconds, formatDuration, formatStep, stateLabel } from "./format";
+import { elapsedSeconds, formatDuration, formatStep, launchText, recycledText, stateLabel } from "./format";
 import { TERMINAL_STATES, type Header, type OutMsg } from "./protocol";
 
 const STOP_ACK_TIMEOUT_MS = 10_000;
@@ -12,6 +12,7 @@ export class HeaderView {
   private readonly title = h("span", { class: "nbtrain-title" });
   private readonly runId = h("span", { class: "nbtrain-muted nbtrain-runid" });
   private readonly shape = h("span", { class: "nbtrain-muted" });
+  private readonly launch = h("span", { class: "nbtrain-muted", "data-testid": "nbtrain-launch" });
   private readonly elapsed = h("span", { class: "nbtrain-muted", "data-testid": "nbtrain-elapsed" });
   private readonly step = h("span", { class: "nbtrain-step", "data-testid": "nbtrain-step" });
   private readonly bar = h("div", { class: "nbtrain-progress-fill" });
@@ -51,6 +52,7 @@ export class HeaderView {
         this.title,
         this.runId,
         this.shape,
+        this.launch,
         this.elapsed,
         h("span", { class: "nbtrain-spacer" }),
         h("span", { class: "nbtrain-buttons" }, this.mlflow, this.resume, this.stop),
@@ -77,6 +79,11 @@ export class HeaderView {
         ? `${header.backend} · ${header.nodes} × ${header.procs} = ${header.world_size} rank${header.world_size === 1 ? "" : "s"}${device}`
         : header.backend,
     );
+    setText(this.launch, `· ${launchText(header.warm)}`);
+    setAttr(this.launch, "data-warm", header.warm === null ? "cold" : "warm");
+    const recycled = recycledText(header.warm);
+    setAttr(this.launch, "data-recycled", header.warm?.recycled ?? "");
+    setAttr(this.launch, "title", recycled || (header.warm === null ? "a cold start: new processes" : "ranks forked from a warm gang"));
     const elapsed = elapsedSeconds(header, clockOffset, browserNow);
     setText(this.elapsed, elapsed === null ? "" : `${terminal ? "ran" : "running for"} ${formatDuration(elapsed)}`);
 
@@ -103,7 +110,7 @@ export class HeaderView {
     show(this.mlflow, Boolean(header.tracking_url));
     if (header.tracking_url) setAttr(this.mlflow, "href", header.tracking_url);
 
-    const detail = terminal ? "" : header.detail;
+    const detail = terminal ? recycled : header.detail;
     setText(this.detail, detail);
     show(this.detail, detail !== "");
 

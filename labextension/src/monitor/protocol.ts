@@ -38,6 +38,15 @@ export interface Header {
   tracking_url: string | null;
   can_resume: boolean;
   stopping: boolean;
+  /** null: a cold run; else the --warm run's gang ("" until its ranks were forked) and generation (0 before). */
+  warm: WarmFacts | null;
+}
+
+export interface WarmFacts {
+  gang: string;
+  generation: number;
+  /** Why that generation's ranks were recycled ("rank 1 raised ValueError", "cancelled"); "" unless they were. */
+  recycled: string;
 }
 
 /** `[rank, state, step, age_s, straggler]` */
@@ -169,6 +178,7 @@ const EMPTY_HEADER: Header = {
   tracking_url: null,
   can_resume: false,
   stopping: false,
+  warm: null,
 };
 
 function isObject(value: unknown): value is Record<string, unknown> {
