@@ -45,7 +45,7 @@ EXIT_CODES = {
     EXIT_USAGE: "bad input: flags, directory, nbtrain.toml, notebook, unknown run; or not available",
     EXIT_CANCELLED: "the run was cancelled (submit --wait)",
     EXIT_ENVIRONMENT: "this machine or the backend cannot do it (accelerate missing, no GPU, no access)",
-    EXIT_INTERRUPTED: "interrupted (Ctrl-C); a run being waited for is cancelled",
+    EXIT_INTERRUPTED: "interrupted (Ctrl-C); a run being waited for is cancelled (a --warm run goes on)",
 }
 
 
@@ -142,7 +142,9 @@ def _finish(run: Any, args: argparse.Namespace) -> int:
         return EXIT_OK
     try:
         state = run.wait(progress=not args.quiet, raise_on_failure=False)
-    except KeyboardInterrupt:  # Run.wait has cancelled the gang
+    except KeyboardInterrupt as interrupted:  # Run.wait has cancelled a cold run; a warm one goes on, and it says so
+        if str(interrupted):
+            print(f"nbtrain {args.command}: {interrupted}", file=sys.stderr)
         return EXIT_INTERRUPTED
     if args.json:
         _print_json(_run_json(run, metrics=True))

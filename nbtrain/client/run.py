@@ -121,11 +121,17 @@ class Run:
             return None
         return Failure.from_dict(self.record.failure) if self.record.failure else Failure(reason="unknown")
 
-    def wait(self, timeout: float | None = None, *, raise_on_failure: bool = True, progress: bool = True) -> RunState:
+    def wait(self, timeout: float | None = None, *, raise_on_failure: bool = True, progress: bool = True,
+             cancel_on_interrupt: bool | None = None) -> RunState:
         """Block until the run ends (or ``timeout`` s pass: TimeoutError). Shows a status line meanwhile.
 
         Raises RunFailedError (naming the first failing rank, its reason and traceback) when the run
-        FAILED and ``raise_on_failure``. Ctrl-C cancels the run and re-raises KeyboardInterrupt.
+        FAILED and ``raise_on_failure``.
+
+        Ctrl-C (KeyboardInterrupt) while waiting: a cold run is cancelled (every process ended, as ``srun`` does)
+        and the KeyboardInterrupt re-raised; a ``--warm`` run only stops being waited for: it goes on, and the
+        KeyboardInterrupt raised says so and how to end it (``run.cancel()``, ``%nbtrain cancel RUN``, ``nbtrain
+        cancel RUN``) or wait again. ``cancel_on_interrupt`` chooses either for any run.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         line = ProgressLine(enabled=progress)
@@ -140,9 +146,12 @@ class Run:
                     raise TimeoutError(f"run {self.id} is still {state.value} after {timeout} s; wait longer or cancel it.")
                 time.sleep(0.2)
         except KeyboardInterrupt:
-            line.update(f"{self.id}: interrupted — cancelling the gang…")
-            self.cancel()
-            raise
+            if cancel_on_interrupt if cancel_on_interrupt is not None else not self.spec.warm:
+                line.update(f"{self.id}: interrupted — cancelling the gang…")
+                self.cancel()
+                raise
+            line.update(f"{self.id}: interrupted — stopped waiting; the run goes on")
+            raise KeyboardInterrupt(self._still_running()) from None
         finally:
             line.close()
         self._await_tracking(state)
@@ -157,6 +166,14 @@ class Run:
             summary = failure.summary() if failure else "unknown failure"
             raise RunFailedError(f"run {self.id} failed: {summary}.{detail}", failure)
         return state
+
+    def _still_running(self) -> str:
+        """What a Ctrl-C that only stopped the wait says: the run goes on, how to end it or wait again."""
+        warm = self._warm_facts()
+        where = f" on warm gang {warm.gang}" if warm is not None and warm.gang else ""
+        return (f"stopped waiting for run {self.id}; it is still running{where}. End it with run.cancel(), "
+                f"%nbtrain cancel {self.id} or `nbtrain cancel {self.id}` (Stop in its monitor); run.wait() waits "
+                "again.")
 
     def _progress_text(self, state: RunState) -> str:
         view = self.view

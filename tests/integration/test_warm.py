@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -250,6 +251,56 @@ def test_a_busy_gang_refuses_a_second_run_and_a_cancel_ends_a_blocked_one(warm_h
     assert _finish(after) is RunState.SUCCEEDED, after.failure
     notices = " ".join(str(e.data.get("message")) for e in after.events() if e.kind is EventKind.NOTICE)
     assert f"the ranks of run {run.id} were recycled" in notices and "cancelled" in notices, notices
+
+
+SLEEPER = textwrap.dedent("""
+    import time
+    from accelerate import Accelerator
+    accelerator = Accelerator()
+    print("ready", flush=True)
+    time.sleep(600)
+""")
+
+
+def _ctrl_c_once(ready) -> threading.Thread:  # type: ignore[no-untyped-def]
+    """Once ``ready()``, SIGINT this process, as Ctrl-C (a kernel's interrupt) does: the main thread, waiting, gets
+    a KeyboardInterrupt from Python's own SIGINT handler."""
+    def fire() -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                if ready():
+                    break
+            except (OSError, ValueError):
+                pass
+            time.sleep(0.1)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    thread = threading.Thread(target=fire, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_ctrl_c_while_waiting_for_a_warm_run_stops_the_wait_and_says_how_to_cancel(warm_home: Path) -> None:
+    run = _run(warm_home, SLEEPER)
+    _ctrl_c_once(lambda: "ready" in run.logs(0) and "ready" in run.logs(1))
+    with pytest.raises(KeyboardInterrupt) as interrupted:
+        run.wait(timeout=150, progress=False)
+    message = str(interrupted.value)
+    assert f"stopped waiting for run {run.id}; it is still running on warm gang" in message, message
+    assert f"run.cancel(), %nbtrain cancel {run.id}" in message, message
+    time.sleep(1.0)
+    assert run.status() is RunState.RUNNING, "Ctrl-C while waiting ended a warm run"
+    run.cancel()
+    assert run.status() is RunState.CANCELLED
+
+
+def test_ctrl_c_while_waiting_for_a_cold_run_cancels_it(warm_home: Path) -> None:
+    run = _run(warm_home, SLEEPER, warm=False)
+    _ctrl_c_once(lambda: "ready" in run.logs(0) and "ready" in run.logs(1))
+    with pytest.raises(KeyboardInterrupt):
+        run.wait(timeout=150, progress=False)
+    assert run.status() is RunState.CANCELLED
 
 
 def test_a_changed_env_gets_a_gang_of_its_own_and_the_old_idle_one_stops(warm_home: Path) -> None:
