@@ -33,6 +33,7 @@ from nbtrain.backends import triage
 from nbtrain.backends.kubernetes.api import KubeApi, Stream, watch_until
 from nbtrain.backends.kubernetes.errors import KubeApiError
 from nbtrain.backends.kubernetes.files import AttemptFiles, tail_lines
+from nbtrain.backends.kubernetes.kueue import JOB_UID_LABEL, Position, QueueView, pending_position, queue_view
 from nbtrain.backends.kubernetes.lines import Expect, LineSplitter
 from nbtrain.backends.kubernetes.logresume import Resume
 from nbtrain.backends.kubernetes.pod import container_name
@@ -64,6 +65,7 @@ DRAIN_S = 20.0  # after the workload ended, wait this long at most for the logs 
 # after this long, the mirror deletes it (a terminal run never leaves pods running).
 RULES = Rules(done_grace_s=10.0, failure_settle_s=DRAIN_S, cancel_wait_s=45.0)
 EVENTS_EVERY_S = 5.0
+KUEUE_EVERY_S = 5.0  # while a --queue run waits: one read of its Kueue Workload (and its position) this often at most
 LAST_LINES = 40
 
 
@@ -119,6 +121,9 @@ class Mirror:
         self._missing_claim: tuple[PodInfo, str] | None = None  # a pod waiting for a claim that does not exist
         self._workload_outcome: dict[str, str] | None = None  # how the workload ended, as kept in status.json
         self._last_copy = time.monotonic()  # when log lines were last copied into the store
+        self._last_kueue_check = 0.0
+        self._kueue: QueueView | None = None  # the latest reading of the run's Kueue Workload
+        self._kueue_off: set[str] = set()  # "workload", "position": not readable here (no permission, no API)
 
     # -- lifecycle ------------------------------------------------------------------------------
     def start(self) -> bool:
@@ -398,7 +403,8 @@ class Mirror:
                     continue
                 live = live_state(owner, current, nodes=self.t.nodes, queue=self.t.queue)
                 why = self._check_events(owner, current)
-                self._set_live(Live(live.state, f"{live.detail}: {why}", live.notices) if why else live)
+                live = Live(live.state, f"{live.detail}: {why}", live.notices) if why else live
+                self._set_live(self._with_kueue(owner, live))
             self._after_verdict()
         finally:
             self.stop()
@@ -454,6 +460,52 @@ class Mirror:
         except NbtrainError:
             pass  # events are a hint; missing permission to read them must not stop the run
         return self._missing_pods
+
+    def _with_kueue(self, owner: OwnerState, live: Live) -> Live:
+        """``live`` with Kueue's own reason while a ``--queue`` run's workload is suspended (waiting for admission, or
+        evicted and waiting again): read from its Workload, at most every ``KUEUE_EVERY_S``, with the run's place in
+        line where the visibility API answers. What cannot be read (no permission, no Kueue) leaves ``live`` as it is."""
+        if not self.t.queue or not owner.suspended or live.state is not RunState.QUEUED:
+            return live
+        now = time.monotonic()
+        if now - self._last_kueue_check >= KUEUE_EVERY_S:
+            self._last_kueue_check = now
+            self._kueue = self._read_kueue()
+        view = self._kueue
+        if view is None:
+            return live
+        if view.evicted:
+            self._notice(f"Kueue evicted the workload ({view.evicted}); it waits to be admitted again")
+        return Live(RunState.QUEUED, view.detail, live.notices)
+
+    def _read_kueue(self) -> QueueView | None:
+        """The run's Kueue Workload (found by the label Kueue puts on it: the workload's uid), read once."""
+        with self._lock:
+            uid = str(((self.owner or {}).get("metadata") or {}).get("uid") or "")
+        if not uid or "workload" in self._kueue_off or not self.t.queue:
+            return None
+        try:
+            items, _ = self.api.list_items("Workload", self.t.namespace, label_selector=f"{JOB_UID_LABEL}={uid}")
+        except KubeApiError as error:
+            if error.status in (403, 404):  # no permission to read Workloads, or no Kueue: say what we said before
+                self._kueue_off.add("workload")
+            return None
+        except NbtrainError:
+            return None
+        if not items:
+            return None
+        workload = items[0]
+        position: Position | None = None
+        if "position" not in self._kueue_off:
+            try:
+                summary = self.api.pending_workloads(self.t.namespace, self.t.queue)
+                position = pending_position(summary, str(workload["metadata"].get("name") or ""))
+            except KubeApiError as error:
+                if error.status in (403, 404, 503):  # not installed (or not served), or not allowed: no position
+                    self._kueue_off.add("position")
+            except NbtrainError:
+                pass
+        return queue_view(workload, queue=self.t.queue, position=position)
 
     def _finish(self, state: RunState, owner: OwnerState, infos: list[PodInfo]) -> None:
         failure: Failure | None = None

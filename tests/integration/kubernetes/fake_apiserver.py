@@ -228,6 +228,9 @@ _ROUTES = [
     (re.compile(r"^/api/v1/namespaces/([^/]+)/(pods|services|configmaps|secrets|events|persistentvolumeclaims)(?:/([^/]+))?(?:/(log))?$"),
      "core"),
     (re.compile(r"^/apis/(batch)/(v1)/namespaces/([^/]+)/(jobs)(?:/([^/]+))?$"), "group"),
+    # Kueue's on-demand visibility API (an aggregated API): a LocalQueue's pending Workloads
+    (re.compile(r"^/apis/(visibility\.kueue\.x-k8s\.io)/([^/]+)/namespaces/([^/]+)/(localqueues)/([^/]+)/pendingworkloads$"),
+     "pending"),
     (re.compile(r"^/apis/([^/]+)/([^/]+)/namespaces/([^/]+)/([^/]+)(?:/([^/]+))?$"), "group"),
 ]
 
@@ -251,6 +254,8 @@ class _Handler(BaseHTTPRequestHandler):
                 namespace, resource, name, log = match.groups()
                 return "", resource, namespace, name, bool(log), query
             group, _version, namespace, resource, name = match.groups()
+            if kind == "pending":
+                resource = f"{resource}/pendingworkloads"
             return group, resource, namespace, name, False, query
         raise ApiError(404, "NotFound", "the server could not find the requested resource")
 
@@ -312,6 +317,8 @@ class _Handler(BaseHTTPRequestHandler):
             created = store.create(plural, namespace, body)
             cluster.created(plural, namespace, created)
             self._send(201, created)
+        elif verb == "get" and plural.startswith("localqueues/pendingworkloads."):
+            self._send(200, cluster.pending_workloads(namespace, str(name)))
         elif verb == "get":
             self._send(200, store.get(plural, namespace, str(name)))
         elif verb == "list":

@@ -1,7 +1,7 @@
 """The controllers behind the fake API server: a Job controller and a kubelet that runs pods as processes.
 
 Job controller: Indexed Jobs (one pod per index, hostname ``<job>-<index>``), ``suspend`` (no pods
-until admitted: :meth:`FakeCluster.admit` plays Kueue), podFailurePolicy (FailJob on exit codes,
+until admitted; suspending a running Job deletes its pods), podFailurePolicy (FailJob on exit codes,
 Ignore on DisruptionTarget), backoffLimit, activeDeadlineSeconds, ttlSecondsAfterFinished, deletion
 with propagation (Foreground/Background delete the pods; Orphan leaves them) and garbage collection
 of objects whose ownerReferences point at a deleted owner. Pods it cannot create (``pod_quota``, or
@@ -9,6 +9,13 @@ of objects whose ownerReferences point at a deleted owner. Pods it cannot create
 with ``pod_admission`` set, a stand-in for the training operator records FailedCreatePod on PyTorchJobs.
 PyTorchJobs and JobSets run no pods here; their stand-ins only fail them at their deadline (``runPolicy``'s, the
 replicated Job's ``activeDeadlineSeconds``) with the conditions the real controllers write (:meth:`_owner_deadline`).
+
+Kueue, once :meth:`FakeCluster.add_local_queue` installed it: a Workload for each queued (labelled, suspended) Job, as
+Kueue's job framework makes it (named ``job-<name>-<hash>``, labelled ``kueue.x-k8s.io/job-uid``, owned by the Job),
+pending with ``QuotaReserved`` False and ``kueue_pending`` as the message (no condition while it is None: not yet
+tried); :meth:`~FakeCluster.admit` reserves quota, admits and unsuspends the Job; :meth:`~FakeCluster.evict` marks it
+Evicted, suspends the Job again (its pods go) and puts it back in line. :meth:`~FakeCluster.install_visibility` serves
+the on-demand visibility API (pending positions; ``kueue_ahead`` Workloads of others in line first).
 
 Kubelet: each pod's command runs as a local process with the pod's environment (``value``,
 ``fieldRef``, ``secretKeyRef`` — from Secret objects created through the API, or ``secrets`` preset by a
@@ -30,6 +37,7 @@ from __future__ import annotations
 import base64
 import copy
 import functools
+import hashlib
 import os
 import re
 import signal
@@ -40,7 +48,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fake_apiserver import FakeApiServer, Store, now_rfc3339
+from fake_apiserver import ApiError, FakeApiServer, Store, now_rfc3339
 
 POD_MARKER = "FAKE_POD_UID"
 NAMESPACE = "nbtrain-test"  # the namespace of the test kubeconfig's context
@@ -161,6 +169,8 @@ class FakeCluster:
         self.pod_admission: str | None = None  # when set, an admission (Pod Security, a webhook) rejects every pod
         self.image_lacks: dict[str, set[str]] = {}  # image -> top-level Python packages it does not have
         self.log_keep_lines: int | None = None  # when set, the kubelet serves only the newest lines (rotation)
+        self.kueue_pending: str | None = None  # Kueue's QuotaReserved=False message for pending Workloads
+        self.kueue_ahead = 0  # pending Workloads of others ahead of the run's in its LocalQueue (visibility API)
         self.runtimes: dict[str, PodRuntime] = {}
         self.job_times: dict[str, dict[str, float]] = {}
         self.counted: set[str] = set()
@@ -190,16 +200,70 @@ class FakeCluster:
 
     # -- test helpers ---------------------------------------------------------------------------
     def admit(self, namespace: str, name: str) -> None:
-        """What Kueue does on admission: unsuspend the Job."""
+        """What Kueue does on admission: reserve quota and admit the Job's Workload (if Kueue is installed), then
+        unsuspend the Job."""
         with self.store.lock:
+            workload = self.workload_of(namespace, name)
+            if workload is not None:
+                workload["status"]["admission"] = {"clusterQueue": "cluster-queue", "podSetAssignments": []}
+                _condition(workload, "QuotaReserved", "True", "QuotaReserved", "Quota reserved in ClusterQueue cluster-queue")
+                _condition(workload, "Admitted", "True", "Admitted", "The workload is admitted")
+                _condition(workload, "Evicted", "False", "Admitted", "The workload is admitted")
+                self.store.update("workloads.kueue.x-k8s.io", namespace, workload)
             job = copy.deepcopy(self.store.get("jobs.batch", namespace, name))
             job["spec"]["suspend"] = False
             self.store.update("jobs.batch", namespace, job)
         self._wake.set()
 
+    def evict(self, namespace: str, name: str, reason: str, message: str, *, pending: str | None = None) -> None:
+        """What Kueue does when it evicts the Job's Workload (preemption, PodsReadyTimeout): Evicted, quota released,
+        the Job suspended again (its pods are deleted) and the Workload pending again (``pending``: its message)."""
+        with self.store.lock:
+            workload = self.workload_of(namespace, name)
+            assert workload is not None, f"no Workload for Job {name}"
+            workload["status"].pop("admission", None)
+            _condition(workload, "Evicted", "True", reason, message)
+            _condition(workload, "Admitted", "False", "NoReservation", "The workload has no reservation")
+            _condition(workload, "QuotaReserved", "False", "Pending", pending or message)
+            self.store.update("workloads.kueue.x-k8s.io", namespace, workload)
+            job = copy.deepcopy(self.store.get("jobs.batch", namespace, name))
+            job["spec"]["suspend"] = True
+            self.store.update("jobs.batch", namespace, job)
+        self._wake.set()
+
+    def workload_of(self, namespace: str, job: str) -> dict[str, Any] | None:
+        """A copy of the Kueue Workload of Job ``job`` (None: none yet)."""
+        with self.store.lock:
+            found = self.store.find("jobs.batch", namespace, job)
+            uid = found["metadata"]["uid"] if found else None
+            for workload in self.store.items("workloads.kueue.x-k8s.io", namespace):
+                if uid and workload["metadata"]["labels"].get("kueue.x-k8s.io/job-uid") == uid:
+                    return copy.deepcopy(workload)
+        return None
+
+    def install_visibility(self) -> None:
+        """Serve Kueue's on-demand visibility API (localqueues/pendingworkloads)."""
+        self.store.crds.add("localqueues/pendingworkloads.visibility.kueue.x-k8s.io")
+
+    def pending_workloads(self, namespace: str, queue: str) -> dict[str, Any]:
+        """The visibility API's PendingWorkloadsSummary of LocalQueue ``queue`` (0-based positions, oldest first)."""
+        with self.store.lock:
+            if self.store.find("localqueues.kueue.x-k8s.io", namespace, queue) is None:
+                raise_not_found(f'localqueues.kueue.x-k8s.io "{queue}" not found')
+            pending = [w for w in self.store.items("workloads.kueue.x-k8s.io", namespace)
+                       if w["spec"].get("queueName") == queue and not _is_true(w, "QuotaReserved")]
+            pending.sort(key=lambda w: int(w["metadata"]["resourceVersion"]))
+            items = [{"metadata": {"name": w["metadata"]["name"], "namespace": namespace,
+                                   "ownerReferences": w["metadata"].get("ownerReferences") or []},
+                      "priority": 0, "localQueueName": queue, "positionInLocalQueue": self.kueue_ahead + index,
+                      "positionInClusterQueue": self.kueue_ahead + index + 3}
+                     for index, w in enumerate(pending)]
+        return {"kind": "PendingWorkloadsSummary", "apiVersion": "visibility.kueue.x-k8s.io/v1beta1",
+                "metadata": {}, "items": items}
+
     def add_local_queue(self, namespace: str, name: str) -> None:
-        """Install Kueue's LocalQueue resource (if not yet) and create the LocalQueue ``name``."""
-        self.store.crds.add("localqueues.kueue.x-k8s.io")
+        """Install Kueue (its LocalQueue and Workload resources, if not yet) and create the LocalQueue ``name``."""
+        self.store.crds.update({"localqueues.kueue.x-k8s.io", "workloads.kueue.x-k8s.io"})
         self.store.create("localqueues.kueue.x-k8s.io", namespace, {
             "apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "LocalQueue", "metadata": {"name": name},
             "spec": {"clusterQueue": "cluster-queue"}})
@@ -254,7 +318,7 @@ class FakeCluster:
         if owner is None:
             return
         uid = owner["metadata"]["uid"]
-        for kind in ("pods", "services", "configmaps", "secrets"):
+        for kind in ("pods", "services", "configmaps", "secrets", "workloads.kueue.x-k8s.io"):
             for obj in list(self.store.items(kind, namespace)):
                 refs = obj["metadata"].get("ownerReferences") or []
                 if not any(r.get("uid") == uid for r in refs):
@@ -298,12 +362,37 @@ class FakeCluster:
             self._wake.clear()
             with self.store.lock:
                 for job in [copy.deepcopy(j) for j in self.store.items("jobs.batch")]:
+                    self._kueue(job)
                     self._reconcile(job)
                 for obj in self.store.items("pytorchjobs.kubeflow.org"):
                     self._operator(obj)
                 for resource in ("pytorchjobs.kubeflow.org", "jobsets.jobset.x-k8s.io"):
                     for obj in [copy.deepcopy(o) for o in self.store.items(resource)]:
                         self._owner_deadline(resource, obj)
+
+    def _kueue(self, job: dict[str, Any]) -> None:
+        """Kueue's job framework, as far as the fake plays it: a queued Job gets its Workload (pending)."""
+        meta = job["metadata"]
+        queue = (meta.get("labels") or {}).get("kueue.x-k8s.io/queue-name")
+        if not queue or "workloads.kueue.x-k8s.io" not in self.store.crds or meta.get("deletionTimestamp"):
+            return
+        ns, uid = meta["namespace"], meta["uid"]
+        if any(w["metadata"]["labels"].get("kueue.x-k8s.io/job-uid") == uid
+               for w in self.store.items("workloads.kueue.x-k8s.io", ns)):
+            return
+        digest = hashlib.sha1(f"{meta['name']}{uid}Jobbatch".encode()).hexdigest()[:5]
+        workload = {
+            "apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "Workload",
+            "metadata": {"name": f"job-{meta['name']}-{digest}", "labels": {"kueue.x-k8s.io/job-uid": uid},
+                         "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": meta["name"], "uid": uid,
+                                              "controller": True, "blockOwnerDeletion": True}]},
+            "spec": {"queueName": queue, "podSets": [{"name": "main", "count": int(job["spec"].get("parallelism", 1)),
+                                                      "template": job["spec"]["template"]}]},
+            "status": {"conditions": []},
+        }
+        if self.kueue_pending is not None:
+            _condition(workload, "QuotaReserved", "False", "Pending", self.kueue_pending)
+        self.store.create("workloads.kueue.x-k8s.io", ns, workload)
 
     def _operator(self, obj: dict[str, Any]) -> None:
         """The training operator, as far as the fake plays it: it tries to create the replicas' pods and, when an
@@ -385,6 +474,9 @@ class FakeCluster:
                 self.delete("jobs.batch", ns, name, "Background")
             return
         if spec.get("suspend"):
+            for pod in pods:  # suspending a Job that runs (a Kueue eviction) ends its pods
+                if pod["status"].get("phase") not in ("Succeeded", "Failed"):
+                    self._delete_pod(ns, pod)
             return
         if "startTime" not in status:
             status["startTime"] = now_rfc3339()
@@ -729,3 +821,19 @@ def _start_error(pod: dict[str, Any], message: str) -> None:
 def _unschedulable(pod: dict[str, Any], message: str) -> None:
     pod["status"]["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
                                     "message": message}]
+
+
+def raise_not_found(message: str) -> None:
+    raise ApiError(404, "NotFound", message)
+
+
+def _is_true(obj: dict[str, Any], kind: str) -> bool:
+    return any(c["type"] == kind and c["status"] == "True" for c in (obj.get("status") or {}).get("conditions") or [])
+
+
+def _condition(obj: dict[str, Any], kind: str, status: str, reason: str, message: str) -> None:
+    """Set condition ``kind`` (one per type, as a Kueue Workload keeps them)."""
+    conditions = obj.setdefault("status", {}).setdefault("conditions", [])
+    conditions[:] = [c for c in conditions if c["type"] != kind]
+    conditions.append({"type": kind, "status": status, "reason": reason, "message": message,
+                       "lastTransitionTime": now_rfc3339()})

@@ -75,7 +75,8 @@ def test_rbac_is_a_valid_minimal_namespaced_role() -> None:
                    ("", "secrets", "create"), ("", "secrets", "get"),
                    ("", "services", "create"), ("", "events", "list"), ("kubeflow.org", "pytorchjobs", "create"),
                    ("jobset.x-k8s.io", "jobsets", "create"), ("kueue.x-k8s.io", "localqueues", "get"),
-                   ("kueue.x-k8s.io", "localqueues", "list")]:
+                   ("kueue.x-k8s.io", "localqueues", "list"), ("kueue.x-k8s.io", "workloads", "list"),
+                   ("visibility.kueue.x-k8s.io", "localqueues/pendingworkloads", "get")]:
         assert needed in granted, needed
 
 
