@@ -13,7 +13,7 @@ import os
 from typing import Any
 
 from nbtrain.events import EventKind
-from nbtrain.runtime import context, metrics, progress
+from nbtrain.runtime import context, metrics, progress, stopping
 
 
 def install() -> None:
@@ -40,7 +40,7 @@ def _patch_accelerator_log() -> None:
     def log(self: Any, values: dict[str, Any], step: int | None = None, log_kwargs: dict[str, Any] | None = None) -> Any:
         try:
             metrics.record(values, step)
-        except metrics.StepBudgetReached:  # NBTRAIN_MAX_STEPS: the last step's values still reach the trackers
+        except (metrics.StepBudgetReached, stopping.StopAtStep):  # the last step's values still reach the trackers
             original(self, values, step=step, log_kwargs=log_kwargs or {})
             raise
         return original(self, values, step=step, log_kwargs=log_kwargs or {})

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from nbtrain.events import EventKind
-from nbtrain.runtime import context, progress
+from nbtrain.runtime import context, progress, stopping
 
 ENV_MAX_STEPS = "NBTRAIN_MAX_STEPS"
 
@@ -52,7 +52,8 @@ def log(step: int | None = None, total: int | None = None, **values: Any) -> Non
 
 
 def record(values: Mapping[str, Any], step: int | None, total: int | None = None) -> None:
-    """Turn ``values`` into one METRIC event of this rank (numbers only). Raises only StepBudgetReached."""
+    """Turn ``values`` into one METRIC event of this rank (numbers only). Raises only StepBudgetReached and
+    :class:`~nbtrain.runtime.stopping.StopAtStep` (both end the rank's code with exit code 0)."""
     ctx = context.current()
     if ctx is None:
         return
@@ -77,6 +78,12 @@ def record(values: Mapping[str, Any], step: int | None, total: int | None = None
         data["total"] = int(total)
     ctx.emit(EventKind.METRIC, **data)
     _count_step(ctx, int(step))
+    try:
+        stopping.at_step(int(step))  # a warm run's Stop ends the ranks here, between two steps
+    except stopping.StopAtStep:
+        if ctx.rank == 0:
+            ctx.emit(EventKind.NOTICE, message=f"stopped at step {step} (Stop: at a step boundary)")
+        raise
 
 
 def _count_step(ctx: context.WorkerContext, step: int) -> None:

@@ -27,6 +27,7 @@ RUNTIME_MODULES = (
     "nbtrain/runtime/metrics.py",
     "nbtrain/runtime/objstore.py",
     "nbtrain/runtime/progress.py",
+    "nbtrain/runtime/stopping.py",
     "nbtrain/runtime/watchdog.py",
     "nbtrain/runtime/worker.py",
     # nbtrain.resolve / nbtrain.dataset_path in training code (stdlib only)

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from nbtrain.events import EventKind
-from nbtrain.runtime import context, hooks, progress, watchdog
+from nbtrain.runtime import context, hooks, progress, stopping, watchdog
 
 RESULT_NAME = "__nbtrain_result__"
 
@@ -305,6 +305,7 @@ def main(argv: list[str] | None = None) -> None:
                      daemon=True).start()
     try:
         hooks.install()
+        stopping.connect()  # a warm rank: the generation's store, where a Stop is asked for
         progress.start()
         ok, result = run_bundle(Path(args[0]).resolve(), ctx)
     except BaseException as error:  # noqa: BLE001 - bundle refused or runtime broken: report and fail

@@ -22,9 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from nbtrain.backends.local.supervisor import RULES, Supervisor, next_attempt, supervise
+from nbtrain.backends.verdict import Decision, Observation
 from nbtrain.events import EventKind
 from nbtrain.model import Failure, RunState
-from nbtrain.runtime import watchdog
+from nbtrain.runtime import stopping, watchdog
 from nbtrain.warm import protocol, registry
 from nbtrain.warm.recycle import recycle_reason
 
@@ -34,6 +35,18 @@ END_GRACE_S = 3.0
 #: On the first rank error, how long to collect concurrent errors before ending the other ranks (issue 15: ~1 s;
 #: the killed ranks are then collateral, and the first real failure is named).
 FAILURE_SETTLE_S = 1.0
+#: A Stop first asks the ranks to stop at their next step boundary (:mod:`nbtrain.runtime.stopping`) and waits this
+#: long before it kills them (``NBTRAIN_STOP_GRACE_S`` in the kernel's environment; 0: kill at once).
+ENV_STOP_GRACE_S = "NBTRAIN_STOP_GRACE_S"
+STOP_GRACE_S = 5.0
+
+
+def stop_grace_s() -> float:
+    """The cooperative Stop's grace period (seconds) from :data:`ENV_STOP_GRACE_S`; the default when unset/bad."""
+    try:
+        return max(0.0, min(300.0, float(os.environ.get(ENV_STOP_GRACE_S, STOP_GRACE_S))))
+    except ValueError:
+        return STOP_GRACE_S
 
 
 class _Node:
@@ -66,6 +79,10 @@ class WarmSupervisor(Supervisor):
         self.failure: Failure | None = None
         self.generation_ended = False
         self.released = False
+        self.store_address = ""  # host:port of the generation's store (where a Stop is asked for)
+        self.stop_grace_s = stop_grace_s()
+        self.stop_asked: float | None = None  # when the ranks were asked to stop at a step boundary
+        self.stop_missed = False  # the grace passed: the ranks are killed
 
     def _sock(self, node: int) -> Path:
         return self.gang_dir / f"node-{node}.sock"
@@ -89,6 +106,7 @@ class WarmSupervisor(Supervisor):
         address = "127.0.0.1"
         store = self._call(0, {"op": "store", "generation": self.generation, "host": address,
                                "supervisor": self.identity})
+        self.store_address = f"{address}:{store['port']}"
         gang = registry.read_json(self.gang_dir / "gang.json")
         self.out.emit(EventKind.NOTICE, message=f"warm gang {self.gang_dir.name}: generation {self.generation} "
                                                 f"(gang started {time.time() - float(gang.get('created', 0)):.0f} s "
@@ -101,6 +119,7 @@ class WarmSupervisor(Supervisor):
             env.pop("NBTRAIN_SUPERVISOR_OF", None)
             env.pop(registry.MARKER, None)
             env[watchdog.ENV_SUPERVISOR] = self.identity  # ranks end themselves if this supervisor dies
+            env[stopping.ENV_COOPERATIVE_STOP] = self.store_address
             node = int(launcher["node"])
             answer = self._call(node, {
                 "op": "fork", "generation": self.generation, "argv": launcher["argv"], "env": env,
@@ -133,7 +152,8 @@ class WarmSupervisor(Supervisor):
         killed = 0
         for node in range(len(self.nodes)):
             try:
-                answer = self._call(node, {"op": "end", "generation": self.generation, "grace_s": END_GRACE_S},
+                grace = 0.0 if self.stop_missed else END_GRACE_S  # a missed Stop: SIGKILL at once
+                answer = self._call(node, {"op": "end", "generation": self.generation, "grace_s": grace},
                                     timeout=END_GRACE_S + 10)
             except (protocol.AgentUnreachable, RuntimeError):
                 continue
@@ -160,12 +180,66 @@ class WarmSupervisor(Supervisor):
     def _recycled(self) -> str | None:
         """Say why this generation's ranks were recycled, if they were (a notice the monitor's header reads)."""
         state = self.state if self.state.terminal else RunState.FAILED  # no verdict: the supervisor failed
-        why = recycle_reason(state, self.failure, leaked=self.leaked)
+        cancel = (f"cancelled: no step boundary within the Stop's {self.stop_grace_s:g} s grace, ranks killed"
+                  if self.stop_missed else "")
+        why = recycle_reason(state, self.failure, leaked=self.leaked, cancel=cancel,
+                             stopped=self._stopped_at() is not None)
         if why is not None:
             self.out.emit(EventKind.NOTICE, message=f"warm gang {self.gang_dir.name}: generation {self.generation} "
                                                     f"recycled: {why}; the next run's ranks are new processes",
                           warm={"gang": self.gang_dir.name, "generation": self.generation, "recycled": why})
         return why
+
+    # -- a cooperative Stop ---------------------------------------------------------------------------
+    def _observe(self, now: float) -> Observation:
+        """A cancel first asks the ranks to stop at a step boundary; it counts as a cancel only after the grace."""
+        seen = super()._observe(now)
+        if not seen.cancel_requested or self.stop_missed or not self.store_address or self.stop_grace_s <= 0:
+            return seen
+        if self.stop_asked is None:
+            self.stop_asked = time.monotonic()
+            if not self._ask_stop():
+                self.stop_missed = True
+                return seen
+        if time.monotonic() - self.stop_asked < self.stop_grace_s and not seen.rank_failed:
+            return replace(seen, cancel_requested=False)  # every rank done in time: rule 1 ends it, cleanly
+        self.stop_missed = True
+        self._notice(f"Stop: no step boundary within {self.stop_grace_s:g} s; the ranks are killed")
+        return seen
+
+    def _ask_stop(self) -> bool:
+        """Set the Stop key in the generation's store (not the user's process group); False when it cannot."""
+        try:
+            from datetime import timedelta
+
+            from torch.distributed import TCPStore
+
+            host, _, port = self.store_address.rpartition(":")
+            TCPStore(host, int(port), is_master=False, wait_for_workers=False,
+                     timeout=timedelta(seconds=5)).set(stopping.STOP_KEY, "1")
+        except Exception as error:  # noqa: BLE001 - no cooperative Stop: the ranks are killed at once
+            self._notice(f"Stop: could not ask the ranks to stop at a step boundary ({error}); killing them")
+            return False
+        self._notice(f"Stop: asking the ranks to stop at their next step boundary (killed after "
+                     f"{self.stop_grace_s:g} s)")
+        return True
+
+    def _stopped_at(self) -> int | None:
+        """The step every rank stopped at after a cooperative Stop; None when the run was not stopped that way."""
+        if self.stop_asked is None or self.stop_missed or len(self.done) < self.world:
+            return None
+        steps = [self.final[r].data.get("step") for r in self.final]
+        known = [int(s) for s in steps if s is not None]
+        return max(known) if known else -1
+
+    def _conclude(self, decision: Decision) -> None:
+        stopped = self._stopped_at()
+        if decision.verdict is RunState.SUCCEEDED and stopped is not None:
+            self.cancel_requested = True  # no restart
+            self._finish(RunState.CANCELLED, f"stopped at step {stopped}" if stopped >= 0 else
+                         "stopped: every rank ended its code after the Stop")
+            return
+        super()._conclude(decision)
 
     def _finish(self, state: RunState, reason: str = "", failure: Failure | None = None) -> None:
         # The verdict is what run.wait() returns on, and the gang's claim lives while this process does: the gang

@@ -246,11 +246,53 @@ def test_a_busy_gang_refuses_a_second_run_and_a_cancel_ends_a_blocked_one(warm_h
     run.cancel()
     assert run.status() is RunState.CANCELLED
     assert time.monotonic() - started < 20
-    assert _header(run)["warm"]["recycled"] == "cancelled", _header(run)
+    # no step boundary is reached in the Stop's grace: the ranks are killed and the generation recycled
+    assert _header(run)["warm"]["recycled"].startswith("cancelled: no step boundary within"), _header(run)
     after = _run(warm_home, TRAIN)
     assert _finish(after) is RunState.SUCCEEDED, after.failure
     notices = " ".join(str(e.data.get("message")) for e in after.events() if e.kind is EventKind.NOTICE)
     assert f"the ranks of run {run.id} were recycled" in notices and "cancelled" in notices, notices
+
+
+def test_a_stop_of_a_training_run_ends_it_at_a_step_boundary_and_the_gang_stays_warm(warm_home: Path) -> None:
+    cell = textwrap.dedent("""
+        import time, torch
+        from accelerate import Accelerator
+        accelerator = Accelerator()
+        model = torch.nn.Linear(4, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        model, opt = accelerator.prepare(model, opt)
+        for step in range(100000):
+            loss = model(torch.ones(2, 4)).pow(2).mean()
+            accelerator.backward(loss)
+            opt.step()
+            opt.zero_grad()
+            accelerator.log({"loss": loss.item()}, step=step)
+            if step == 3:
+                print("ready", flush=True)
+            time.sleep(0.01 * (1 + accelerator.process_index))  # ranks reach each boundary at different times
+    """)
+    run = _run(warm_home, cell)
+    deadline = time.monotonic() + 120
+    while not all("ready" in run.logs(r) for r in (0, 1)):
+        assert time.monotonic() < deadline, "the run never started"
+        time.sleep(0.1)
+    started = time.monotonic()
+    run.cancel()
+    assert run.status() is RunState.CANCELLED
+    assert time.monotonic() - started < 5, "the Stop waited for its grace instead of a step boundary"
+    events = list(run.events())
+    reason = next(e.data.get("reason") for e in events if e.kind is EventKind.STATE and e.data["state"] == "cancelled")
+    done = {e.rank: e.data.get("step") for e in events if e.kind is EventKind.RANK_DONE}
+    assert set(done) == {0, 1} and done[0] == done[1], f"the ranks did not stop at one step: {done}"
+    assert reason == f"stopped at step {done[0]}", reason
+    assert _header(run)["warm"]["recycled"] == "", "a clean Stop recycled the gang"
+    gang = _header(run)["warm"]["gang"]
+    after = _run(warm_home, TRAIN)
+    assert _finish(after) is RunState.SUCCEEDED, after.failure
+    assert _header(after)["warm"]["gang"] == gang
+    notices = " ".join(str(e.data.get("message")) for e in after.events() if e.kind is EventKind.NOTICE)
+    assert "recycled" not in notices, notices
 
 
 SLEEPER = textwrap.dedent("""
