@@ -217,6 +217,10 @@ class JobSpec:
     shm_size: str | None = None  # sizeLimit of the pods' /dev/shm (a memory emptyDir), a quantity such as 16Gi
     labels: Mapping[str, str] = field(default_factory=dict)  # extra labels of every object and pod
     annotations: Mapping[str, str] = field(default_factory=dict)  # extra annotations of every object and pod
+    gpu_resource: str = "nvidia.com/gpu"  # the extended resource GPUs are requested as (amd.com/gpu, ...)
+    workload_priority: str | None = None  # Kueue WorkloadPriorityClass of the workload (with --queue)
+    spread_by: str | None = None  # topology key the pods are spread over evenly (kubernetes.io/hostname: node each)
+    pod_template: str | None = None  # YAML PodTemplateSpec fragment merged into every pod (strategic merge)
     # Slurm options (used by the slurm backend only): each becomes one #SBATCH line of the attempt's batch script.
     partition: str | None = None
     account: str | None = None

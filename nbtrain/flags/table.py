@@ -288,6 +288,21 @@ OPTIONS: tuple[Option, ...] = (
     _o("--annotation", "pairs", "Extra annotation on every object and pod the run creates, e.g. "
        "sidecar.istio.io/inject=false (repeatable).", field="annotations", toml="kubernetes.annotations",
        backends=_K8S, metavar="KEY=VALUE", merge=True),
+    _o("--gpu-resource", "str", "Extended resource the pods request their GPUs as (--gpus per pod), e.g. amd.com/gpu "
+       "or gpu.intel.com/i915; the nodes' device plugin defines it.", field="gpu_resource",
+       toml="kubernetes.gpu_resource", backends=_K8S, metavar="NAME"),
+    _o("--workload-priority", "str", "Kueue WorkloadPriorityClass of the workload (its priority in the queue and "
+       "for preemption); needs --queue.", field="workload_priority", toml="kubernetes.workload_priority",
+       backends=_K8S, metavar="NAME", needs={"kubernetes": (
+           "queue", "gives a workload a Kueue priority only when Kueue admits it (without --queue Kueue ignores it)")}),
+    _o("--spread-by", "str", "Spread the run's pods evenly over this node-label topology (at most one pod more in "
+       "any domain than in the least loaded), e.g. kubernetes.io/hostname (a node each) or "
+       "topology.kubernetes.io/zone.", field="spread_by", toml="kubernetes.spread_by", backends=_K8S,
+       metavar="TOPOLOGY_KEY"),
+    _o("--pod-template", "str", "YAML PodTemplateSpec (metadata and spec) merged into every pod with Kubernetes' "
+       "strategic-merge rules, for what no flag sets (affinity, sidecars, extra env or devices); changes that break "
+       "nbtrain's pods or the restricted profile are refused; --dry-run shows the result (docs/kubernetes.md).",
+       field="pod_template", toml="kubernetes.pod_template", backends=_K8S, metavar="FILE", default_text="none"),
     _o("--partition", "str", "Slurm partition the job runs in.", field="partition", toml="slurm.partition",
        backends=_SLURM, metavar="PARTITION", default_text="the cluster's default"),
     _o("--account", "str", "Slurm account charged for the job.", field="account", toml="slurm.account",

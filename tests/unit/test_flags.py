@@ -32,7 +32,8 @@ FULL = JobSpec(
     service_account="sa", node_selector={"pool": "gpu"}, cpu="8", memory="64Gi",
     tolerations=({"key": "k", "operator": "Exists", "effect": "NoSchedule"},), secret_env={"T": "s/k"},
     volumes=("data:/ckpt", "cache:/cache"), image_pull_secrets=("creds",), priority_class="high", shm_size="8Gi",
-    labels={"team": "ml"}, annotations={"example.com/note": "x y"}, partition="gpu", account="team", qos="high", time_limit="2:00:00", constraint="a100", reservation="r1",
+    labels={"team": "ml"}, annotations={"example.com/note": "x y"}, gpu_resource="amd.com/gpu",
+    workload_priority="high", spread_by="kubernetes.io/hostname", pod_template="pod.yaml", partition="gpu", account="team", qos="high", time_limit="2:00:00", constraint="a100", reservation="r1",
     exclusive=True, sbatch_options={"mail-type": "END"},
 )
 
@@ -128,6 +129,8 @@ def test_every_flag_reaches_its_field() -> None:
         "--node-selector", "pool=gpu", "--cpu", "8", "--memory", "64Gi", "--toleration", "k:NoSchedule",
         "--secret-env", "T=s/k", "--volume", "data:/ckpt", "--volume", "cache:/cache", "--image-pull-secret", "creds",
         "--priority-class", "high", "--shm-size", "8Gi", "--label", "team=ml", "--annotation", "example.com/note=x y",
+        "--gpu-resource", "amd.com/gpu", "--workload-priority", "high", "--spread-by", "kubernetes.io/hostname",
+        "--pod-template", "pod.yaml",
         "--partition", "gpu", "--account", "team", "--qos", "high", "--time", "2:00:00",
         "--constraint", "a100", "--reservation", "r1", "--exclusive", "--sbatch", "mail-type=END",
     ])
@@ -200,7 +203,8 @@ def test_toml_round_trip() -> None:
     assert flags.spec_from_toml(tomllib.loads(tomli_w.dumps(data))) == FULL
     defaults = flags.spec_to_toml(JobSpec())
     assert "image" not in defaults["job"] and "env" not in defaults["job"]  # None and {}: left out (TOML has no null)
-    assert defaults["kubernetes"] == {"flavor": "job"} and defaults["tracking"] == {"enabled": True}
+    assert defaults["kubernetes"] == {"flavor": "job", "gpu_resource": "nvidia.com/gpu"}
+    assert defaults["tracking"] == {"enabled": True}
     assert flags.spec_from_toml({}) == JobSpec()
 
 

@@ -35,6 +35,7 @@ from nbtrain.backends.kubernetes.config import KubeOptions
 from nbtrain.backends.kubernetes.errors import KubeApiError, KubeSpecError
 from nbtrain.backends.kubernetes.files import KEY_FILE, AttemptFiles, write_private_text
 from nbtrain.backends.kubernetes.mirror import Mirror, Target
+from nbtrain.backends.kubernetes.override import read_pod_template
 from nbtrain.backends.kubernetes.payload import RUNTIME_PATH, build_payload
 from nbtrain.backends.kubernetes.pod import EVENT_KEY_FIELD, PodInputs, checkpoint_root, preflight_files
 from nbtrain.backends.kubernetes.podstate import parse_time
@@ -137,10 +138,12 @@ class KubernetesBackend(StoreBackedBackend):
             main_address=names.main_address, configmap=names.configmap, payload=payload,
             labels=mf.labels_for(run_id, attempt), options=options, event_key_secret=secret,
             config_file=f"{RUNTIME_PATH}/{CONFIG_NAME}",
+            override=read_pod_template(spec.pod_template) if spec.pod_template else None,
         )
         objects = mf.build_objects(spec, names=names, namespace=namespace, inputs=inputs, bundle_digest=bundle_digest)
         workload = mf.WORKLOAD_KINDS[spec.flavor]
-        device = (f"GPU: nvidia.com/gpu {spec.procs} per pod (NCCL)" if use_gpu else "CPU (gloo)")
+        collectives = "NCCL" if spec.gpu_resource == "nvidia.com/gpu" else "the device's torch.distributed backend"
+        device = (f"GPU: {spec.gpu_resource} {spec.procs} per pod ({collectives})" if use_gpu else "CPU (gloo)")
         describe = "\n".join([
             f"cluster:   namespace {namespace}" + (f", context {options.context}" if options.context else ""),
             f"workload:  {workload.kind} {names.base} ({spec.flavor}); image {image}",
@@ -151,6 +154,8 @@ class KubernetesBackend(StoreBackedBackend):
             *([f"volumes:   {', '.join(spec.volumes)}; checkpoints in {checkpoint_root(spec, run_id)}"
                + (f"; up to {spec.max_restarts} automatic restart(s), each a new {workload.kind}"
                   if spec.max_restarts else "")] if spec.volumes else []),
+            *([f"pod template: {spec.pod_template}, merged into every pod (strategic merge):",
+               _indented(inputs.override.fragment)] if inputs.override is not None else []),
             "manifests (applied in this order):",
             mf.describe(objects),
         ])
@@ -407,6 +412,12 @@ class KubernetesBackend(StoreBackedBackend):
                     "nodes": int(spec.get("completions") or 1), "procs": 1, "uid": meta.get("uid")}
             handles.append((parse_time(meta.get("creationTimestamp")) or 0.0, RunHandle(self.name, run_id, data)))
         return [h for _, h in sorted(handles, key=lambda x: x[0], reverse=True)]
+
+
+def _indented(fragment: Mapping[str, Any]) -> str:
+    """A ``--pod-template`` fragment as the plan shows it (YAML, indented)."""
+    text = yaml.safe_dump(dict(fragment), sort_keys=False, default_flow_style=False, width=120)
+    return "\n".join(f"  {line}" for line in text.splitlines())
 
 
 def _forget_key(root: Path, key: bytes | None) -> None:

@@ -40,11 +40,12 @@ from nbtrain.events import encode_event_key
 from nbtrain.spec import JobSpec
 
 __all__ = [
-    "JOBSET_DEADLINE_RULE", "KUEUE_QUEUE_LABEL", "WORKLOAD_KINDS", "Workload", "build_objects", "describe",
-    "event_key_secret_name", "owned_by", "redacted", "with_event_key",
+    "JOBSET_DEADLINE_RULE", "KUEUE_PRIORITY_LABEL", "KUEUE_QUEUE_LABEL", "WORKLOAD_KINDS", "Workload", "build_objects",
+    "describe", "event_key_secret_name", "owned_by", "redacted", "with_event_key",
 ]
 
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+KUEUE_PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"  # --workload-priority: a WorkloadPriorityClass
 #: JobSet failure-policy rule (JobSet >= 0.6): a child Job that ran past activeDeadlineSeconds fails the JobSet with
 #: reason FailJobSetFailurePolicyAction, which :mod:`.podstate` reads as "exceeded --timeout".
 JOBSET_DEADLINE_RULE: Mapping[str, Any] = {
@@ -141,6 +142,8 @@ def build_objects(
     workload_labels = dict(labels)
     if spec.queue:
         workload_labels[KUEUE_QUEUE_LABEL] = spec.queue
+    if spec.workload_priority:  # Kueue's WorkloadPriorityClass (the table refuses it without --queue)
+        workload_labels[KUEUE_PRIORITY_LABEL] = spec.workload_priority
     suspend = bool(spec.queue)  # Kueue admits a suspended workload all-or-nothing by unsuspending it
     ttl = inputs.options.ttl_s
     configmap: dict[str, Any] = {

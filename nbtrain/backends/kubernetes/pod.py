@@ -12,8 +12,10 @@ What the pod gets and why:
   the attempt's event key from its Secret (``NBTRAIN_EVENT_KEY`` by ``secretKeyRef``, never a value in the
   manifest; ``optional`` so that exported manifests applied by hand start without one);
 - ``NBTRAIN_RUN_ID`` in the environment of every process of the gang;
-- GPUs as ``nvidia.com/gpu`` limits (strings) and NCCL (no ``ACCELERATE_USE_CPU``, no
-  ``CUDA_VISIBLE_DEVICES``: the device plugin assigns the GPUs), or CPU mode over gloo;
+- GPUs as limits of ``--gpu-resource`` (``nvidia.com/gpu`` by default; strings) and torch's GPU backend (NCCL, RCCL
+  on ROCm; no ``ACCELERATE_USE_CPU``, no ``CUDA_VISIBLE_DEVICES``: the device plugin assigns the GPUs), or CPU mode
+  over gloo;
+- ``--spread-by KEY`` as a topologySpreadConstraint over the attempt's pods (maxSkew 1, DoNotSchedule);
 - ``--image-pull-secret``, ``--priority-class``, ``--label`` and ``--annotation`` as the pod's ``imagePullSecrets``,
   ``priorityClassName``, labels and annotations (the workload and its objects carry the labels and annotations too);
 - secrets only as ``secretKeyRef``; ``automountServiceAccountToken: false``; the Pod Security
@@ -25,7 +27,9 @@ What the pod gets and why:
 - each ``--volume CLAIM:/path`` as a ``persistentVolumeClaim`` volume mounted read-write at its path; with
   volumes the ranks get ``NBTRAIN_CHECKPOINT_DIR`` (``--checkpoint-dir``, else ``nbtrain-checkpoints`` on the
   first volume, then the run id) and ``NBTRAIN_KEEP_CHECKPOINTS``: every attempt's pods share it, which is
-  what restarts and resume restore from.
+  what restarts and resume restore from;
+- last, ``--pod-template`` merged in with Kubernetes' strategic-merge rules, refused where it would break any of the
+  above (:mod:`.override`).
 """
 
 from __future__ import annotations
@@ -35,7 +39,9 @@ from pathlib import Path
 from typing import Any
 
 from nbtrain.backends.extras import strategy_packages
+from nbtrain.backends.kubernetes import names as nm
 from nbtrain.backends.kubernetes.config import KubeOptions
+from nbtrain.backends.kubernetes.override import PodOverride, apply_override
 from nbtrain.backends.kubernetes.payload import BUNDLE_PATH, MOUNT_PATH, RUNTIME_PATH, Payload
 from nbtrain.backends.launch import LaunchTarget, accelerate_argv, device_env
 from nbtrain.runtime import context as rt
@@ -44,7 +50,7 @@ from nbtrain.runtime.checkpoint import ENV_KEEP as ENV_KEEP_CHECKPOINTS
 from nbtrain.spec import JobSpec, split_volume
 
 __all__ = ["CHECKPOINTS_ON_VOLUME", "CONTAINER", "EVENT_KEY_FIELD", "PREFLIGHT_MODULE", "PodInputs", "checkpoint_root",
-           "container_name", "pod_template", "preflight_files"]
+           "container_name", "pod_template", "preflight_files", "spread_constraint"]
 
 CONTAINER = "trainer"
 PYTORCHJOB_CONTAINER = "pytorch"  # the training operator requires this name
@@ -88,6 +94,7 @@ class PodInputs:
     options: KubeOptions
     event_key_secret: str  # the Secret that holds the attempt's event key (filled in at submit)
     config_file: str | None = None  # the attempt's generated Accelerate config, as the pod sees it
+    override: PodOverride | None = None  # --pod-template, merged into the template (.override)
 
 
 def launcher_argv(spec: JobSpec, inputs: PodInputs) -> list[str]:
@@ -188,13 +195,21 @@ def _resources(spec: JobSpec, inputs: PodInputs) -> dict[str, Any]:
     if spec.memory:
         requests["memory"] = limits["memory"] = str(spec.memory)
     if inputs.use_gpu:
-        limits["nvidia.com/gpu"] = str(spec.procs)  # quantities are strings (client 37 refuses ints)
+        limits[spec.gpu_resource] = str(spec.procs)  # quantities are strings (client 37 refuses ints)
     out: dict[str, Any] = {}
     if requests:
         out["requests"] = requests
     if limits:
         out["limits"] = limits
     return out
+
+
+def spread_constraint(topology_key: str, labels: dict[str, str]) -> dict[str, Any]:
+    """``--spread-by``: the attempt's pods (selected by its run-id and attempt labels) spread evenly over
+    ``topology_key``'s domains, at most one more in any domain than in the least loaded, else Pending."""
+    selector = {key: labels[key] for key in (nm.LABEL_RUN_ID, nm.LABEL_ATTEMPT)}
+    return {"maxSkew": 1, "topologyKey": topology_key, "whenUnsatisfiable": "DoNotSchedule",
+            "labelSelector": {"matchLabels": selector}}
 
 
 def _pod_security(uid: int | None) -> dict[str, Any]:
@@ -261,7 +276,13 @@ def pod_template(spec: JobSpec, inputs: PodInputs, *, subdomain: str | None) -> 
         pod["imagePullSecrets"] = [{"name": name} for name in spec.image_pull_secrets]
     if spec.priority_class:
         pod["priorityClassName"] = spec.priority_class
+    if spec.spread_by:
+        pod["topologySpreadConstraints"] = [spread_constraint(spec.spread_by, inputs.labels)]
     metadata: dict[str, Any] = {"labels": {**spec.labels, **inputs.labels}}
     if spec.annotations:
         metadata["annotations"] = dict(spec.annotations)
-    return {"metadata": metadata, "spec": pod}
+    template = {"metadata": metadata, "spec": pod}
+    if inputs.override is None:
+        return template
+    return apply_override(template, inputs.override, trainer=container_name(inputs.flavor),
+                          gpu_resource=spec.gpu_resource, allow_secrets=spec.allow_secrets)

@@ -16,7 +16,8 @@ from nbtrain.errors import SpecError
 from nbtrain.secrets import redact_url
 from nbtrain.spec import JobSpec, split_volume
 
-__all__ = ["RESERVED_MOUNTS", "check_knobs", "check_spec", "check_volumes", "is_quantity"]
+__all__ = ["RESERVED_MOUNTS", "check_knobs", "check_placement", "check_spec", "check_volumes", "is_extended_resource",
+           "is_quantity", "label_key_ok", "label_value_ok"]
 
 #: Paths of the pod nbtrain mounts itself (the bundle and runtime, /dev/shm, the writable /tmp): no --volume on,
 #: under or above them.
@@ -42,6 +43,16 @@ def _label_key_ok(key: str) -> bool:
     if slash and (len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix)):
         return False
     return 0 < len(name) <= 63 and bool(_QUALIFIED_NAME.match(name))
+
+
+def label_key_ok(key: str) -> bool:
+    """True for a valid label or annotation key (an optional DNS-subdomain prefix and '/', then a qualified name)."""
+    return _label_key_ok(key)
+
+
+def label_value_ok(value: str) -> bool:
+    """True for a valid label value (at most 63 characters: letters, digits, '-', '_', '.', alphanumeric ends)."""
+    return len(value) <= 63 and bool(_LABEL_VALUE.match(value))
 
 
 def _within(path: str, root: str) -> bool:
@@ -109,6 +120,38 @@ def check_knobs(spec: JobSpec) -> None:
             if flag == "--label" and (len(value) > 63 or not _LABEL_VALUE.match(value)):
                 raise SpecError(f"--label {key}={value}: a label value is at most 63 letters, digits, '-', '_' or "
                                 "'.', beginning and ending with a letter or digit.")
+    check_placement(spec)
+
+
+def is_extended_resource(name: str) -> bool:
+    """True for a name Kubernetes accepts as an extended resource (``amd.com/gpu``): a domain prefix outside
+    ``kubernetes.io`` and a name that, as ``requests.NAME``, is a valid qualified name (the API's own rule)."""
+    prefix, slash, short = name.partition("/")
+    if not slash or prefix.endswith("kubernetes.io") or "/" in short:  # kubernetes.io/: native resources
+        return False
+    if len(f"requests.{prefix}") > 253 or not _DNS_SUBDOMAIN.match(prefix):
+        return False
+    return 0 < len(short) <= 63 and bool(_QUALIFIED_NAME.match(short))
+
+
+def check_placement(spec: JobSpec) -> None:
+    """SpecError for a ``--gpu-resource``, ``--workload-priority``, ``--spread-by`` or ``--pod-template`` value the
+    API server (or Kueue) would refuse, naming the value and the fix."""
+    if not is_extended_resource(spec.gpu_resource):
+        raise SpecError(f"--gpu-resource {spec.gpu_resource!r}: not an extended resource name (a vendor domain, '/', "
+                        "then a name: e.g. nvidia.com/gpu, amd.com/gpu, gpu.intel.com/i915); use the name the nodes' "
+                        "device plugin advertises (kubectl describe node, under Allocatable).")
+    priority = spec.workload_priority
+    if priority is not None and (len(priority) > 63 or not _DNS_SUBDOMAIN.match(priority)):
+        raise SpecError(f"--workload-priority {priority!r}: not a WorkloadPriorityClass name (lower-case letters, "
+                        "digits, '-' and '.', at most 63 characters: it becomes a label value); kubectl get "
+                        "workloadpriorityclasses lists them.")
+    if spec.spread_by is not None and not _label_key_ok(spec.spread_by):
+        raise SpecError(f"--spread-by {spec.spread_by!r}: not a node label key; use e.g. --spread-by "
+                        "kubernetes.io/hostname (a node per pod) or --spread-by topology.kubernetes.io/zone.")
+    if spec.pod_template is not None and not spec.pod_template.strip():
+        raise SpecError("--pod-template: the path is empty; give a YAML file with a PodTemplateSpec fragment "
+                        "(metadata, spec), or drop the option.")
 
 
 def check_spec(spec: JobSpec, *, image: str, namespace: str) -> None:

@@ -94,7 +94,8 @@ def test_toml_round_trip_keeps_every_field(tmp_path: Path) -> None:
         service_account="sa", node_selector={"pool": "gpu"}, cpu="8", memory="64Gi",
         tolerations=({"key": "k", "operator": "Exists", "effect": "NoSchedule"},), secret_env={"T": "s/k"},
         volumes=("data:/ckpt", "cache:/cache"), image_pull_secrets=("creds",), priority_class="high", shm_size="8Gi",
-        labels={"team": "ml"}, annotations={"example.com/note": "x y"},
+        labels={"team": "ml"}, annotations={"example.com/note": "x y"}, gpu_resource="amd.com/gpu",
+        workload_priority="high", spread_by="kubernetes.io/hostname", pod_template="/etc/nbtrain/pod.yaml",
     )
     path = tmp_path / "nbtrain.toml"
     path.write_text(dump_job_toml(spec, [Parameter("lr", "float", 0.1), Parameter("p", "literal", None)], {"cell": "x"}))
