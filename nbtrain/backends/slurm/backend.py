@@ -8,17 +8,31 @@ reads it from the store and, while there is none, asks Slurm (one batched ``scon
 per process): the queue reason and position while pending, and a clear verdict when Slurm ended the job itself
 (time limit, node failure, preemption, memory) or the supervisor died.
 
+``--max-restarts`` (:mod:`.restarts` decides): a rank failure in a live allocation is restarted by the supervisor
+as a new step of the same job. When the allocation is lost (a node failed, Slurm preempted or ended the job, the
+supervisor died with it), the attempt's verdict says ``retrying`` with ``restart: new_allocation`` (written by the
+supervisor, or here by :meth:`SlurmBackend.status` when Slurm ended the job without a verdict) and the next attempt
+is a new ``sbatch`` job, submitted by whichever process next asks for the run's status once the old job has ended
+(the kernel's watcher, ``attach`` after a kernel restart, ``nbtrain status``): something that outlives the
+allocation. One process submits it: an exclusive lock on the failed attempt's ``restart.claim``, held while the
+state is read again and the job submitted, released with its descriptor if that process dies. Slurm's own requeue
+is never used (``--no-requeue``): a requeued batch script would rerun an attempt that already has a verdict, under
+the same job id, beyond nbtrain's budget.
+
 The store (``NBTRAIN_HOME``) must be on a filesystem every node mounts at the same path, like the Python
 environment (``NBTRAIN_PYTHON``, default: this interpreter).
 """
 
 from __future__ import annotations
 
+import fcntl
 import importlib.util
 import os
 import signal
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +49,8 @@ from nbtrain.backends.hang import effective_stall_after
 from nbtrain.backends.launch import LaunchTarget, accelerate_argv
 from nbtrain.backends.local.backend import write_attempt_files
 from nbtrain.backends.slurm import cli
-from nbtrain.backends.slurm.jobstate import queued_detail, slurm_verdict
+from nbtrain.backends.slurm.jobstate import JobInfo, queued_detail, slurm_verdict
+from nbtrain.backends.slurm.restarts import Restart, RestartDecision, decide_restart, restart_note
 from nbtrain.backends.slurm.script import batch_script, sbatch_options
 from nbtrain.backends.storecursor import attempt_numbers
 from nbtrain.errors import EnvironmentProblem, SpecError
@@ -50,6 +65,9 @@ from nbtrain.store import Store, read_json, write_json_atomic
 __all__ = ["SlurmBackend", "job_leftovers"]
 
 SCRIPT_NAME = "job.sbatch"
+SLURM_FILE = "slurm.json"  # the attempt's Slurm job id (also written by the supervisor for a restart in place)
+CLAIM_FILE = "restart.claim"
+SUBMIT_GRACE_S = 60.0  # an attempt with no job id yet is being submitted (sbatch: at most cli.TIMEOUT_S)
 
 
 def job_leftovers(job_id: str, run_id: str) -> list[int]:
@@ -104,12 +122,15 @@ class SlurmBackend(StoreBackedBackend):
 
     # -- plan -------------------------------------------------------------------------------------
     def _plan(self, spec: JobSpec, bundle_dir: str, bundle_digest: str, run_id: str, *, attempt: int = 0,
-              restart_budget: int | None = None, use_gpu: bool | None = None, check: bool = True) -> Plan:
+              restart_budget: int | None = None, use_gpu: bool | None = None, check: bool = True,
+              cwd: str | None = None) -> Plan:
         """The batch script of ``attempt``; with ``check``, Slurm is asked (``sbatch --test-only``) whether it can run.
 
         Raises EnvironmentProblem without a Slurm client, controller or accelerate; SpecError with Slurm's own
-        reason for a partition, account or QOS it does not know or a request no node can satisfy.
+        reason for a partition, account or QOS it does not know or a request no node can satisfy. ``cwd``: the
+        gang's working directory (default: this process's; a restart keeps the first attempt's).
         """
+        cwd = cwd or os.getcwd()
         if check:
             cli.require_client("sbatch")
             if importlib.util.find_spec("accelerate") is None and self.python == sys.executable:
@@ -149,7 +170,7 @@ class SlurmBackend(StoreBackedBackend):
         }
         env.setdefault("OMP_NUM_THREADS", "1")
         options = sbatch_options(spec, use_gpu=use_gpu, job_name=f"nbtrain-{run_id}",
-                                 output=str(attempt_dir / "supervisor.log"), chdir=os.getcwd())
+                                 output=str(attempt_dir / "supervisor.log"), chdir=cwd)
         script = batch_script(options, python=self.python, attempt_dir=str(attempt_dir), run_id=run_id)
         if check:
             cli.test_only(options, script)
@@ -164,7 +185,7 @@ class SlurmBackend(StoreBackedBackend):
              f"accelerate config ({config_path}):", *("  " + line for line in config_text.splitlines())])
         request: dict[str, Any] = {
             "run_id": run_id, "attempt": attempt, "world_size": spec.world_size, "nodes": spec.nodes,
-            "use_gpu": use_gpu, "spec": spec.to_dict(), "python": self.python, "cwd": os.getcwd(), "env": env,
+            "use_gpu": use_gpu, "spec": spec.to_dict(), "python": self.python, "cwd": cwd, "env": env,
             "launchers": [{"node": n, "ranks": list(range(n * spec.procs, (n + 1) * spec.procs))}
                           for n in range(spec.nodes)],
             "events_dir": str(events_dir), "logs_dir": str(logs_dir), "tmp_dir": str(attempt_dir / "tmp"),
@@ -178,10 +199,11 @@ class SlurmBackend(StoreBackedBackend):
         return Plan(self.name, run_id, spec, bundle_digest, bundle_dir, request, tuple(notices), attempt)
 
     def plan_restart(self, spec: JobSpec, bundle_dir: str, bundle_digest: str, run_id: str, *, attempt: int,
-                     restart_budget: int, use_gpu: bool) -> Plan:
-        """The plan of an automatic restart inside the same allocation (no Slurm query: the job already runs)."""
+                     restart_budget: int, use_gpu: bool, cwd: str | None = None) -> Plan:
+        """The plan of an automatic restart (no Slurm query: the same request already ran), in the working directory
+        ``cwd`` of the attempt it follows."""
         return self._plan(spec, bundle_dir, bundle_digest, run_id, attempt=attempt, restart_budget=restart_budget,
-                          use_gpu=use_gpu, check=False)
+                          use_gpu=use_gpu, check=False, cwd=cwd)
 
     # -- I/O --------------------------------------------------------------------------------------
     def submit(self, plan: Plan) -> RunHandle:
@@ -191,18 +213,20 @@ class SlurmBackend(StoreBackedBackend):
         with open(os.open(script_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o700), "w", encoding="utf-8") as out:
             out.write(plan.request["script"])
         job_id = cli.sbatch(str(script_path))
-        write_json_atomic(attempt_dir / "slurm.json", {"job_id": job_id})
+        write_json_atomic(attempt_dir / SLURM_FILE, {"job_id": job_id})
         return RunHandle(self.name, plan.run_id, {"attempt": plan.request["attempt"], "job_id": job_id})
 
     def _job_id(self, handle: RunHandle, attempt: int) -> str:
-        try:
-            return str(read_json(self.store.attempt_dir(handle.run_id, attempt) / "slurm.json")["job_id"])
-        except (OSError, ValueError, KeyError):
-            pass
-        try:
-            return str(read_json(self.store.attempt_dir(handle.run_id, attempt) / "status.json")["slurm_job_id"])
-        except (OSError, ValueError, KeyError):
-            return str(handle.data.get("job_id", ""))
+        """The Slurm job of ``attempt`` ("" while none is known: its job is being submitted)."""
+        root = self.store.attempt_dir(handle.run_id, attempt)
+        for name, key in ((SLURM_FILE, "job_id"), ("status.json", "slurm_job_id")):
+            try:
+                found = str(read_json(root / name)[key])
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+            if found:
+                return found
+        return str(handle.data.get("job_id", "")) if attempt == handle.attempt else ""
 
     def status(self, handle: RunHandle) -> RunStatus:
         """The supervisor's verdict from the store; while there is none, what Slurm says of the job (see module)."""
@@ -213,9 +237,15 @@ class SlurmBackend(StoreBackedBackend):
         attempt_dir = self.store.attempt_dir(handle.run_id, attempt)
         data = _read_status(attempt_dir / "status.json")
         found = _stored(data, attempt)
-        if found is not None and (found.state.terminal or (data and data.get("retrying"))):
+        if found is not None and data and data.get("retrying"):
+            if self._follow_restart(handle, attempt):
+                return self.status(handle)  # the next attempt exists now, or this one's verdict became final
+            return found
+        if found is not None and found.state.terminal:
             return found
         job_id = self._job_id(handle, attempt)
+        if not job_id:
+            return self._unsubmitted(attempt_dir, attempt)
         jobs = cli.jobs()
         job = jobs.get(job_id)
         if job is not None and job.pending:
@@ -232,19 +262,111 @@ class SlurmBackend(StoreBackedBackend):
             job = jobs.get(job_id)
             if job is not None and not job.ended:
                 return self.status(handle)
-        return self._conclude(handle.run_id, attempt_dir, attempt, job_id, job, data)
+        concluded = self._conclude(handle.run_id, attempt_dir, attempt, job_id, job, data)
+        if concluded.state is RunState.FAILED and (_read_status(attempt_dir / "status.json") or {}).get("retrying"):
+            return self.status(handle)  # the restart in a new allocation is due: start it now
+        return concluded
+
+    def _unsubmitted(self, attempt_dir: Path, attempt: int) -> RunStatus:
+        """An attempt whose directory exists without a job id: being submitted, or its submitter died before sbatch
+        answered (then FAILED once :data:`SUBMIT_GRACE_S` passed: nothing of it can be running)."""
+        try:
+            age = time.time() - attempt_dir.stat().st_mtime
+        except OSError:
+            age = 0.0
+        if age < SUBMIT_GRACE_S:
+            return RunStatus(RunState.STARTING, attempt, detail=f"submitting the Slurm job of attempt {attempt}")
+        failure = Failure(reason=f"attempt {attempt} never got a Slurm job: the process submitting it ended before "
+                                 f"sbatch answered; resume the run")
+        _final(attempt_dir, attempt, RunState.FAILED, failure, failure.reason)
+        return RunStatus(RunState.FAILED, attempt, None, time.time(), failure)
+
+    # -- restarts in a new allocation ---------------------------------------------------------------
+    def _follow_restart(self, handle: RunHandle, attempt: int) -> bool:
+        """For a FAILED ``attempt`` that says ``retrying``: once its job has ended and no attempt follows it, start
+        the next one as a new ``sbatch`` job (or record why not). True when something changed (see module)."""
+        run_id = handle.run_id
+        if self.store.attempt_dir(run_id, attempt + 1).exists():
+            return True  # the supervisor restarted it in place, or another process submitted it
+        job_id = self._job_id(handle, attempt)
+        job = cli.jobs().get(job_id) if job_id else None
+        if job is not None and not job.ended:
+            return False  # the supervisor restarts it in place, or exits before the new allocation is asked for
+        if job_id:
+            job = cli.jobs(fresh=True).get(job_id)
+            if job is not None and not job.ended:
+                return False
+        root = self.store.attempt_dir(run_id, attempt)
+        with _claimed(root) as mine:
+            if not mine:
+                return False  # another process is submitting it
+            return self._restart_claimed(run_id, root, attempt, job)
+
+    def _restart_claimed(self, run_id: str, root: Path, attempt: int, job: JobInfo | None) -> bool:
+        """Under the claim: the state read again, then the next attempt submitted, or the final verdict recorded."""
+        data = _read_status(root / "status.json") or {}
+        if not data.get("retrying") or self.store.attempt_dir(run_id, attempt + 1).exists():
+            return True
+        failure = Failure.from_dict(data["failure"]) if data.get("failure") else Failure(reason="the attempt failed")
+        if (root / "cancel.request").exists():
+            _final(root, attempt, RunState.CANCELLED, None, "cancelled by the user while restarting")
+            return True
+        plan = read_json(root / "plan.json")
+        budget = int(plan.get("restart_budget", attempt))
+        if data.get("restart") != Restart.NEW_ALLOCATION.value:
+            # the supervisor meant a new step, but the allocation ended before it started one
+            decision = decide_restart(job_state=job.state if job is not None else None, node_failed=None,
+                                      cancelled=False, attempt=attempt, restart_budget=budget,
+                                      checkpointed=_checkpointed(root))
+            if decision.restart is Restart.NONE:
+                reason = f"{failure.reason}; {decision.why_not or 'not restarted'}"
+                _final(root, attempt, RunState.FAILED, Failure.from_dict({**failure.to_dict(), "reason": reason}),
+                       reason)
+                return True
+        try:
+            spec = JobSpec.from_dict(plan["spec"])
+            if not Path(plan["bundle_dir"]).is_dir():
+                raise EnvironmentProblem(f"the bundle {plan['bundle_dir']} is gone from the store")
+            new = self._plan(spec, plan["bundle_dir"], plan["bundle_digest"], run_id, attempt=attempt + 1,
+                             restart_budget=budget, use_gpu=bool(plan["use_gpu"]), check=False, cwd=plan["cwd"])
+            submitted = self.submit(new)
+        except Exception as error:  # noqa: BLE001 - whatever stops the restart becomes the verdict, never a hang
+            reason = f"{failure.reason}; the automatic restart (attempt {attempt + 1}) could not be submitted: {error}"
+            _final(root, attempt, RunState.FAILED, Failure.from_dict({**failure.to_dict(), "reason": reason}), reason)
+            return True
+        EventWriter(root / "events" / "restart.jsonl", "slurm-restart", attempt=attempt).emit(
+            EventKind.NOTICE, message=f"attempt {attempt + 1} submitted in a new allocation: Slurm job "
+                                      f"{submitted.data['job_id']}")
+        return True
 
     def _conclude(self, run_id: str, attempt_dir: Path, attempt: int, job_id: str, job: Any,
                   data: dict[str, Any] | None) -> RunStatus:
         """Write the verdict of an attempt whose job ended without the supervisor's (once, by one reader)."""
         _kill_leftovers(job_id, run_id)
-        state, failure = slurm_verdict(job, job_id, cancel_requested=(attempt_dir / "cancel.request").exists(),
+        cancelled = (attempt_dir / "cancel.request").exists()
+        state, failure = slurm_verdict(job, job_id, cancel_requested=cancelled,
                                        supervisor_log=str(attempt_dir / "supervisor.log"))
+        decision = RestartDecision(Restart.NONE)
+        note = ""
+        if state is RunState.FAILED:
+            try:
+                budget = int(read_json(attempt_dir / "plan.json").get("restart_budget", attempt))
+            except (OSError, ValueError, AttributeError):
+                budget = attempt
+            decision = decide_restart(job_state=job.state if job is not None else None, node_failed=None,
+                                      cancelled=cancelled, attempt=attempt, restart_budget=budget,
+                                      checkpointed=_checkpointed(attempt_dir))
+            if decision.restart is Restart.IN_PLACE:  # cannot be: the job has ended; never a step in no allocation
+                decision = RestartDecision(Restart.NEW_ALLOCATION)
+            note = restart_note(decision, attempt=attempt, restart_budget=budget, job_id=job_id)
+            if note and decision.restart is Restart.NONE and failure is not None:
+                failure = Failure.from_dict({**failure.to_dict(), "reason": f"{failure.reason}; {note}"})
+        retrying = decision.restart is not Restart.NONE
         ended = time.time()
         started = (data or {}).get("started")
         verdict = {**(data or {}), "state": state.value, "attempt": attempt, "failure": failure.to_dict() if failure
-                   else None, "ended": ended, "retrying": False, "updated": ended, "concluded_by": "observer",
-                   "slurm_job_id": job_id}
+                   else None, "ended": ended, "retrying": retrying, "updated": ended, "concluded_by": "observer",
+                   "slurm_job_id": job_id, "restart": decision.restart.value}
         try:
             fd = os.open(attempt_dir / "verdict.claim", os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
         except FileExistsError:
@@ -261,8 +383,9 @@ class SlurmBackend(StoreBackedBackend):
                 writer = EventWriter(attempt_dir / "events" / "observer.jsonl", "observer", attempt=attempt)
                 if failure is not None:
                     writer.emit(EventKind.FAILURE, **failure.to_dict())
-                writer.emit(EventKind.STATE, state=state.value,
-                            reason=failure.summary() if failure else "cancelled by the user")
+                reason = failure.summary() if failure else "cancelled by the user"
+                writer.emit(EventKind.STATE, state=state.value, reason=f"{reason}; {note}" if retrying else reason,
+                            retrying=retrying)
                 write_json_atomic(attempt_dir / "status.json", verdict)
             except OSError:
                 pass
@@ -277,21 +400,71 @@ class SlurmBackend(StoreBackedBackend):
     def _cancel_existing(self, handle: RunHandle) -> None:
         """Ask the supervisor to end the gang (``cancel.request``); ``scancel`` the job if it is queued or the
         supervisor has not answered in 15 s; then end what is left on this machine. Returns once terminal."""
+        # ask the latest attempt first: a restart that is due then records CANCELLED instead of being submitted
+        latest = [a for a in attempt_numbers(self.store, handle.run_id) if a >= handle.attempt]
+        if latest:
+            _request_cancel(self.store.attempt_dir(handle.run_id, latest[-1]))
         status = self.status(handle)
         attempt_dir = self.store.attempt_dir(handle.run_id, status.attempt)
-        attempt_dir.mkdir(parents=True, exist_ok=True)
-        os.close(os.open(attempt_dir / "cancel.request", os.O_WRONLY | os.O_CREAT, 0o600))
+        _request_cancel(attempt_dir)
         job_id = self._job_id(handle, status.attempt)
-        job = cli.jobs(fresh=True).get(job_id)
+        if not job_id:  # being submitted by another process: wait for its job id
+            deadline = time.monotonic() + SUBMIT_GRACE_S
+            while not (job_id := self._job_id(handle, status.attempt)) and time.monotonic() < deadline:
+                time.sleep(0.2)
+        job = cli.jobs(fresh=True).get(job_id) if job_id else None
         deadline = time.monotonic() + (0 if job is None or job.pending else 15)
         while time.monotonic() < deadline and not self.status(handle).state.terminal:
             time.sleep(0.1)
-        if not self.status(handle).state.terminal:
+        if not self.status(handle).state.terminal and job_id:
             cli.cancel(job_id)
             deadline = time.monotonic() + 15
             while time.monotonic() < deadline and not self.status(handle).state.terminal:
                 time.sleep(0.2)
         _kill_leftovers(job_id, handle.run_id)
+        later = self.status(handle)
+        if later.attempt != status.attempt and not later.state.terminal:
+            self._cancel_existing(handle)  # an attempt submitted while this one was being cancelled
+
+
+def _request_cancel(attempt_dir: Path) -> None:
+    attempt_dir.mkdir(parents=True, exist_ok=True)
+    os.close(os.open(attempt_dir / "cancel.request", os.O_WRONLY | os.O_CREAT, 0o600))
+
+
+def _checkpointed(attempt_dir: Path) -> bool:
+    from nbtrain.backends.slurm.supervisor import attempt_checkpointed
+
+    return attempt_checkpointed(attempt_dir / "events")
+
+
+@contextmanager
+def _claimed(root: Path) -> Iterator[bool]:
+    """Hold the restart claim of the failed attempt in ``root`` (True), or False while another process holds it.
+    The lock goes with the descriptor: released on leaving, or when its holder dies."""
+    fd = os.open(root / CLAIM_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        yield True
+    finally:
+        os.close(fd)
+
+
+def _final(root: Path, attempt: int, state: RunState, failure: Failure | None, reason: str) -> None:
+    """Record ``state`` as the final verdict of a ``retrying`` attempt whose restart will not happen."""
+    out = EventWriter(root / "events" / "restart.jsonl", "slurm-restart", attempt=attempt)
+    if failure is not None:
+        out.emit(EventKind.FAILURE, **failure.to_dict())
+    out.emit(EventKind.STATE, state=state.value, reason=reason)
+    data = _read_status(root / "status.json") or {"attempt": attempt}
+    write_json_atomic(root / "status.json", {**data, "state": state.value, "retrying": False, "restart": "none",
+                                             "failure": failure.to_dict() if failure else data.get("failure"),
+                                             "ended": data.get("ended") or time.time(), "updated": time.time(),
+                                             "detail": reason if state is RunState.CANCELLED else ""})
 
 
 def _read_status(path: Path) -> dict[str, Any] | None:

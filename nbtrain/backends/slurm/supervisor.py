@@ -9,7 +9,10 @@ the gang started as one ``srun`` step (one ``accelerate launch`` per node) inste
 - ranks write events and logs into the shared store; a rank's PID is watched only on this node;
 - a SIGTERM with ``cancel.request`` present is the user's cancel (CANCELLED); without it Slurm is ending the job
   (time limit, preemption, a cancel outside nbtrain): the verdict then names Slurm's own job state;
-- ``--max-restarts``: a failed attempt is restarted as a new step in the same allocation.
+- ``--max-restarts`` (:func:`nbtrain.backends.slurm.restarts.decide_restart`): a rank failure in a live, whole
+  allocation is restarted here as a new step; when the allocation is lost (srun saw a node fail, Slurm ends the
+  job) the verdict says ``retrying`` with ``restart: new_allocation`` and this process exits: the next attempt is a
+  new ``sbatch`` job, submitted from outside (:class:`nbtrain.backends.slurm.backend.SlurmBackend` follows the run).
 """
 
 from __future__ import annotations
@@ -19,21 +22,25 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 from nbtrain.backends.local import procs
 from nbtrain.backends.local.ports import free_port
-from nbtrain.backends.local.supervisor import LAST_LINES, Supervisor, supervise
+from nbtrain.backends.local.supervisor import LAST_LINES, RESTART_DELAY_S, Supervisor
 from nbtrain.backends.slurm import cli
 from nbtrain.backends.slurm.jobstate import slurm_verdict
+from nbtrain.backends.slurm.restarts import Restart, RestartDecision, decide_restart, restart_note
 from nbtrain.backends.slurm.script import srun_argv
-from nbtrain.backends.slurm.steplog import blame_node
+from nbtrain.backends.slurm.steplog import blame_node, node_failure
 from nbtrain.backends.storecursor import tail_lines
 from nbtrain.backends.verdict import Decision
 from nbtrain.events import EventKind, FileTail, parse_line
 from nbtrain.model import Failure, RunState
-from nbtrain.store import write_json_atomic
+from nbtrain.store import PRIVATE_UMASK, private_dir, read_json, write_json_atomic
+
+SLURM_FILE = "slurm.json"  # the attempt's Slurm job id, in every attempt directory
 
 
 class _Step:
@@ -92,16 +99,53 @@ class SlurmSupervisor(Supervisor):
                       for r in range(self.world)}
         self.slurm_ending = False
         self.job_id = os.environ.get("SLURM_JOB_ID", "")
+        self.restart = RestartDecision(Restart.NONE)  # decided once, when the attempt FAILED (see _finish)
+
+    @property
+    def will_retry(self) -> bool:
+        """A FAILED verdict is followed by a restart: here (a new step) or in a new allocation (from outside)."""
+        return super().will_retry and self.restart.restart is not Restart.NONE
 
     def _write_status(self, failure: Any = None, ended: float | None = None) -> None:
         super()._write_status(failure, ended)
-        # record which job runs this attempt (status() of a restarted attempt follows the same job)
+        # which job runs this attempt, and where its restart (if any) runs: read by SlurmBackend.status()
         path = self.dir / "status.json"
-        from nbtrain.store import read_json
-
         data = read_json(path)
         data["slurm_job_id"] = self.job_id
+        data["restart"] = self.restart.restart.value if self.will_retry else Restart.NONE.value
         write_json_atomic(path, data)
+
+    def _decide_restart(self) -> RestartDecision:
+        """Where a FAILED attempt restarts (:func:`decide_restart`), from Slurm's view of the job and srun's output."""
+        attempt, budget = int(self.plan["attempt"]), int(self.plan.get("restart_budget", 0))
+        if self.cancel_requested or attempt >= budget:
+            return RestartDecision(Restart.NONE)
+        try:
+            lost = node_failure((self.dir / "srun.log").read_text(errors="replace"))
+        except OSError:
+            lost = None
+        state: str | None = "RUNNING"
+        try:
+            job = cli.jobs(fresh=True).get(self.job_id)
+            state = job.state if job is not None else None
+        except Exception:  # noqa: BLE001 - Slurm unreachable from here: the allocation is taken as lost
+            state = "FAILED"
+        return decide_restart(job_state=state, node_failed=lost, cancelled=False, attempt=attempt,
+                              restart_budget=budget, checkpointed=attempt_checkpointed(self.events_dir))
+
+    def _finish(self, state: RunState, reason: str = "", failure: Failure | None = None) -> None:
+        if state is RunState.FAILED and not self.slurm_ending:
+            self.restart = self._decide_restart()
+            if self.restart.restart is Restart.NEW_ALLOCATION and failure is not None:
+                # the base's words say "restarting from the last checkpoint (attempt N of B)": say where
+                failure = Failure.from_dict({**failure.to_dict(), "reason": f"{failure.reason}; the allocation of "
+                                             f"Slurm job {self.job_id} cannot be reused"})
+                reason = failure.summary()
+            elif self.restart.restart is Restart.NONE and self.restart.why_not and failure is not None:
+                failure = Failure.from_dict({**failure.to_dict(),
+                                             "reason": f"{failure.reason}; {self.restart.why_not}"})
+                reason = failure.summary()
+        super()._finish(state, reason, failure)
 
     def _start(self) -> None:
         self._prepare()
@@ -165,35 +209,82 @@ class SlurmSupervisor(Supervisor):
                 job = cli.jobs(fresh=True).get(self.job_id)
             except Exception:  # noqa: BLE001 - the verdict below still says Slurm ended the job
                 pass
-            self.cancel_requested = False  # not the user's cancel: no CANCELLED, no restart either
-            self.plan["restart_budget"] = self.plan["attempt"]
+            self.cancel_requested = False  # not the user's cancel: no CANCELLED
             if job is None or not job.ended:
                 # Slurm has not published its final state yet (a time limit shows RUNNING until the job is gone):
-                # leave the verdict to the kernel's side, which maps the state Slurm ends the job with
+                # leave the verdict, and the restart, to the kernel's side, which maps the state Slurm ends the
+                # job with (SlurmBackend.status)
                 self.out.emit(EventKind.NOTICE, message=f"Slurm is ending job {self.job_id}; the gang was ended")
                 return
             state, failure = slurm_verdict(job, self.job_id, cancel_requested=False,
                                            supervisor_log=str(self.dir / "supervisor.log"))
+            attempt, budget = int(self.plan["attempt"]), int(self.plan.get("restart_budget", 0))
+            self.restart = decide_restart(job_state=job.state, node_failed=None, cancelled=False, attempt=attempt,
+                                          restart_budget=budget, checkpointed=attempt_checkpointed(self.events_dir))
+            if self.restart.restart is Restart.IN_PLACE:  # not after Slurm ended the job (a state not known here)
+                self.restart = RestartDecision(Restart.NEW_ALLOCATION)
+            note = restart_note(self.restart, attempt=attempt, restart_budget=budget, job_id=self.job_id)
+            if failure is not None and self.restart.restart is Restart.NONE and note:
+                failure = Failure.from_dict({**failure.to_dict(), "reason": f"{failure.reason}; {note}"})
             self.state = state
             self._finish(state, failure.reason if failure else "", failure)
             return
         super()._conclude(decision)
 
 
+def attempt_checkpointed(events_dir: Path) -> bool:
+    """Whether a rank of the attempt reported a complete checkpoint (a CHECKPOINT event in its event file)."""
+    for path in events_dir.glob("rank-*.jsonl"):
+        try:
+            with open(path, "rb") as handle:
+                if any(b'"checkpoint"' in line and (event := parse_line(line.decode(errors="replace"))) is not None
+                       and event.kind is EventKind.CHECKPOINT for line in handle):
+                    return True
+        except OSError:
+            continue
+    return False
+
+
 def next_attempt(plan: dict[str, Any]) -> Path:
     """Plan and write the next attempt of the same run in the same allocation (same spec, bundle, checkpoints)."""
+    from nbtrain.backends.local.backend import write_attempt_files
     from nbtrain.backends.slurm.backend import SlurmBackend
+    from nbtrain.spec import JobSpec
     from nbtrain.store import Store
 
     store = Store(plan["store_root"])
-    record = store.load(plan["run_id"])
     attempt = int(plan["attempt"]) + 1
-    new = SlurmBackend(store).plan_restart(record.spec, plan["bundle_dir"], plan["bundle_digest"], plan["run_id"],
-                                           attempt=attempt, restart_budget=int(plan["restart_budget"]),
-                                           use_gpu=bool(plan["use_gpu"]))
-    from nbtrain.backends.local.backend import write_attempt_files
-
+    new = SlurmBackend(store).plan_restart(JobSpec.from_dict(plan["spec"]), plan["bundle_dir"], plan["bundle_digest"],
+                                           plan["run_id"], attempt=attempt, restart_budget=int(plan["restart_budget"]),
+                                           use_gpu=bool(plan["use_gpu"]), cwd=str(plan["cwd"]))
+    # the job id first: a reader that finds the new attempt's directory knows at once which job runs it
+    root = private_dir(Path(new.request["attempt_dir"]))
+    write_json_atomic(root / SLURM_FILE, {"job_id": os.environ.get("SLURM_JOB_ID", "")})  # the same job runs it
     return write_attempt_files(new.request)
+
+
+def supervise(attempt_dir: Path) -> None:
+    """Supervise attempts from ``attempt_dir`` while each FAILED one restarts here (a new step); exit with the last.
+
+    The local loop (:func:`nbtrain.backends.local.supervisor.supervise`), except that a restart in a new
+    allocation is not this process's to start, nor any restart once Slurm is ending the job.
+    """
+    os.umask(PRIVATE_UMASK)
+    while True:
+        supervisor = SlurmSupervisor(attempt_dir)
+        state = supervisor.run()
+        if not supervisor.will_retry or supervisor.restart.restart is not Restart.IN_PLACE:
+            break
+        time.sleep(RESTART_DELAY_S)
+        if supervisor.slurm_ending:
+            break  # the job ends under us: the attempt stays "retrying"; SlurmBackend.status restarts it elsewhere
+        if supervisor.cancel_requested or (attempt_dir / "cancel.request").exists():
+            supervisor.cancel_requested = True  # a cancel during the pause: no restart
+            supervisor._finish(RunState.CANCELLED, "cancelled by the user while restarting")
+            state = RunState.CANCELLED
+            break
+        attempt_dir = next_attempt(supervisor.plan)
+    sys.exit(0 if state is RunState.SUCCEEDED else 1)
 
 
 def main() -> None:
@@ -201,10 +292,10 @@ def main() -> None:
     if len(sys.argv) != 2:
         sys.stderr.write("usage: python -m nbtrain.backends.slurm.supervisor ATTEMPT_DIR\n")
         sys.exit(2)
-    supervise(Path(sys.argv[1]), make=SlurmSupervisor, advance=next_attempt)
+    supervise(Path(sys.argv[1]))
 
 
-__all__ = ["SlurmSupervisor", "main", "next_attempt"]
+__all__ = ["SLURM_FILE", "SlurmSupervisor", "attempt_checkpointed", "main", "next_attempt", "supervise"]
 
 if __name__ == "__main__":
     main()

@@ -185,23 +185,59 @@ class Cluster:
         self.started_in_s = time.monotonic() - begin
         return self
 
-    def kill_node(self, name: str) -> None:
-        """A node dies: its slurmd and every process of a job step on it (as a power loss would)."""
+    def kill_node(self, name: str, *, with_steps: bool = False) -> None:
+        """A node dies: its slurmd and every process of a job step on it (as a power loss would).
+
+        ``with_steps``: its slurmstepd daemons die too, without a word. They are stopped (with slurmd) before any task
+        is killed: a slurmstepd that outlived its batch script by a moment reports the script's SIGKILL to slurmctld
+        (job FAILED, exit 0:9), which a node that lost its power never does; slurmctld then finds the node silent
+        and ends its job as NODE_FAIL. Without it (the default), each step's slurmstepd survives its tasks and reports
+        them killed, which is how srun names the node of a multi-node step at once. Tasks are never stopped first: a
+        stopped process group orphaned by its launcher's death gets SIGHUP, which a rank would report.
+        """
         proc = self.slurmds[name]
-        proc.kill()
-        proc.wait()
+        # slurmstepd names itself "slurmstepd: [JOB.STEP]" and has no SLURMD_NODENAME (on one host, the stepds of a
+        # 2-node job look alike): found by its step socket in the node's spool directory
+        daemons = [proc.pid, *(self._socket_holders(self.root / "spool" / name) if with_steps else ())]
+        for pid in daemons:
+            try:
+                os.kill(pid, signal.SIGSTOP)
+            except OSError:
+                pass
+        tasks = []
         for pid in slurm_pids(self.conf):
             try:
                 env = Path(f"/proc/{pid}/environ").read_bytes()
                 cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
             except OSError:
                 continue
-            if f"\0SLURMD_NODENAME={name}\0".encode() in b"\0" + env + b"\0" or (
-                    b"slurmstepd" in cmd and f"-N\0{name}".encode() in cmd):
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except OSError:
-                    pass
+            if pid not in daemons and (f"\0SLURMD_NODENAME={name}\0".encode() in b"\0" + env + b"\0" or (
+                    b"slurmstepd" in cmd and f"-N\0{name}".encode() in cmd)):
+                tasks.append(pid)
+        for pid in [*tasks, *daemons]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        proc.wait()
+
+    def _socket_holders(self, directory: Path) -> set[int]:
+        """Processes of the cluster holding a Unix socket bound under ``directory``."""
+        prefix = f"{directory}/"
+        inodes = set()
+        for line in Path("/proc/net/unix").read_text().splitlines()[1:]:
+            fields = line.split()
+            if len(fields) >= 8 and fields[7].startswith(prefix):
+                inodes.add(f"socket:[{fields[6]}]")
+        found = set()
+        for pid in slurm_pids(self.conf):
+            try:
+                links = [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
+            except OSError:
+                continue
+            if inodes.intersection(links):
+                found.add(pid)
+        return found
 
     def log_tail(self, lines: int = 30) -> str:
         """The last lines of every daemon's log (for failure messages)."""

@@ -1,0 +1,152 @@
+"""``--max-restarts`` when Slurm ends the allocation, on a real 2-node cluster: a 1-node run whose node dies
+(its slurmd and every process on it killed: Slurm says NODE_FAIL) continues as a new ``sbatch`` job on the other
+node, from the checkpoint the first attempt saved; a process that follows the run only from after the failure
+(``attach`` after the kernel died) submits it; cancelling the restarted attempt leaves nothing in the queue and no
+process. The same failure with no budget is a FAILED run naming the node (test_slurm_verdicts.py, 2 nodes)."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cluster import Cluster
+
+from nbtrain.backends.slurm import SlurmBackend, cli
+from nbtrain.backends.slurm.backend import job_leftovers
+from nbtrain.bundle import capture_cell
+from nbtrain.client import attach, submit_bundle
+from nbtrain.model import RunState
+from nbtrain.spec import JobSpec
+from nbtrain.store import Store, read_json
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+
+# attempt 0 saves a checkpoint at step 3, says "ready 0" and waits to be killed; a later attempt restores it
+# (nbtrain.restore returns the step after the checkpoint's) and returns where it started
+CHECKPOINT_CELL = '''import os, time
+import torch
+import nbtrain
+from accelerate import Accelerator
+accelerator = Accelerator()
+model = torch.nn.Linear(2, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+model, opt = accelerator.prepare(model, opt)
+start = nbtrain.restore(accelerator)
+attempt = int(os.environ["NBTRAIN_ATTEMPT"])
+if attempt == 0:
+    nbtrain.save_checkpoint(accelerator, 3)
+    print("ready 0", flush=True)
+    for _ in range(3000):
+        time.sleep(0.1)
+start
+'''
+# every attempt says "ready N" and waits
+SLEEP_CELL = '''import os, time
+print(f"ready {os.environ['NBTRAIN_ATTEMPT']}", flush=True)
+for _ in range(3000):
+    time.sleep(0.1)
+'''
+NODE_FAIL_S = 60  # slurmctld declares a silent node DOWN (and its job NODE_FAIL) after SlurmdTimeout=5 s + a ping
+
+
+def _submit(home: Path, source: str, **spec: Any):  # type: ignore[no-untyped-def]
+    store = Store(home)
+    full = JobSpec(**{"backend": "slurm", "device": "cpu", "nodes": 1, "procs_per_node": 1, "max_restarts": 1,
+                      **spec})
+    return submit_bundle(capture_cell(source, {"__name__": "__main__"}), full, store=store,
+                         backend=SlurmBackend(store))
+
+
+def _wait_line(run, text: str, attempt: int, timeout: float) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while text not in run.logs(0, attempt=attempt).splitlines():
+        assert time.monotonic() < deadline, f"run {run.id} never printed {text!r} in attempt {attempt}: " \
+                                            f"{run.status()} {run.failure}"
+        time.sleep(0.3)
+
+
+def _job_id(home: Path, run_id: str, attempt: int) -> str:
+    return str(read_json(Store(home).attempt_dir(run_id, attempt) / "slurm.json")["job_id"])
+
+
+def _node_of(job_id: str) -> str:
+    job = cli.jobs(fresh=True)[job_id]
+    assert re.fullmatch(r"n\d", job.nodes), f"a 1-node job on {job.nodes!r}"
+    return job.nodes
+
+
+def _wait_gone(what: str, find, timeout: float = 15) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while (left := find()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not left, f"{what} still there {timeout:.0f} s after the verdict: {left}"
+
+
+def _nothing_left(cluster: Cluster, run_id: str, job_ids: list[str]) -> None:
+    for job_id in job_ids:
+        _wait_gone(f"processes of job {job_id}", lambda j=job_id: job_leftovers(j, run_id))
+    _wait_gone("job processes of the cluster", cluster.job_processes)
+    _wait_gone("jobs in squeue", lambda: cluster.client("squeue", "-h", "-o", "%i %T").stdout.split())
+
+
+def test_a_dead_node_restarts_the_run_in_a_new_allocation_from_its_checkpoint(home: Path,
+                                                                              slurm_cluster: Cluster) -> None:
+    run = _submit(home, CHECKPOINT_CELL)
+    _wait_line(run, "ready 0", 0, 120)
+    first = _job_id(home, run.id, 0)
+    dead = _node_of(first)
+    slurm_cluster.kill_node(dead, with_steps=True)
+
+    assert run.wait(timeout=NODE_FAIL_S + 120, progress=False) is RunState.SUCCEEDED, (run.status(), run.failure)
+    assert run.result(timeout=10) == 4, "attempt 1 did not resume from attempt 0's checkpoint (step 3)"
+    attempts = run.attempts()
+    assert [(a["attempt"], a["state"]) for a in attempts] == [(0, "failed"), (1, "succeeded")], attempts
+    said = (attempts[0]["failure"] or {}).get("reason", "")
+    assert "NODE_FAIL" in said and re.search(rf"\b{dead}\b", said), f"attempt 0's verdict names no node: {said}"
+    second = _job_id(home, run.id, 1)
+    assert second != first, "the restart ran in the dead job"
+    survivor = _node_of(second)
+    assert survivor != dead, f"attempt 1 ran on the dead node {dead}"
+    _nothing_left(slurm_cluster, run.id, [first, second])
+
+
+def test_attach_after_the_kernel_died_restarts_and_cancel_leaves_nothing(home: Path, slurm_cluster: Cluster) -> None:
+    run = _submit(home, SLEEP_CELL)
+    _wait_line(run, "ready 0", 0, 90)
+    first = _job_id(home, run.id, 0)
+    run.close()  # the kernel is gone: nothing follows the run while its node dies
+    slurm_cluster.kill_node(_node_of(first), with_steps=True)
+    deadline = time.monotonic() + NODE_FAIL_S
+    while cli.jobs(fresh=True)[first].state != "NODE_FAIL":
+        assert time.monotonic() < deadline, f"Slurm never said NODE_FAIL: {cli.jobs(fresh=True)[first]}"
+        time.sleep(0.5)
+    assert not Store(home).attempt_dir(run.id, 1).exists(), "a restart was submitted with nothing following the run"
+
+    again = attach(run.id, store=Store(home))  # a new kernel: its watcher finds the failure and submits attempt 1
+    _wait_line(again, "ready 1", 1, 120)
+    second = _job_id(home, run.id, 1)
+    assert second != first
+
+    again.cancel()
+
+    assert again.status() is RunState.CANCELLED, again.failure
+    assert [(a["attempt"], a["state"]) for a in again.attempts()] == [(0, "failed"), (1, "cancelled")]
+    _nothing_left(slurm_cluster, run.id, [first, second])
+
+
+def test_with_no_budget_a_dead_node_is_the_verdict(home: Path, slurm_cluster: Cluster) -> None:
+    run = _submit(home, SLEEP_CELL, max_restarts=0)
+    _wait_line(run, "ready 0", 0, 90)
+    first = _job_id(home, run.id, 0)
+    dead = _node_of(first)
+    slurm_cluster.kill_node(dead, with_steps=True)
+
+    assert run.wait(timeout=NODE_FAIL_S + 30, raise_on_failure=False, progress=False) is RunState.FAILED
+    said = run.failure.summary() if run.failure else ""
+    assert "NODE_FAIL" in said and re.search(rf"\b{dead}\b", said) and "restarting" not in said, said
+    assert [(a["attempt"], a["state"]) for a in run.attempts()] == [(0, "failed")]
+    assert not Store(home).attempt_dir(run.id, 1).exists()
+    _nothing_left(slurm_cluster, run.id, [first])
