@@ -31,6 +31,9 @@ class RunState(str, enum.Enum):
     QUEUED = "queued"  # waiting for admission (Kueue) or scheduling
     STARTING = "starting"  # processes/pods starting, no rank has reported yet
     RUNNING = "running"
+    #: running, but no progress for --stall-after seconds (ranks stuck, e.g. in a collective): see RunStatus.stalled
+    #: and the snapshot's detail. Only a backend's live answer says it; the run's events keep RUNNING.
+    STALLED = "stalled"
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     CANCELLED = "cancelled"
@@ -97,6 +100,7 @@ class RunStatus:
     ended: float | None = None
     failure: Failure | None = None
     detail: str = ""
+    stalled: tuple[int, ...] = ()  # STALLED: the global ranks judged stuck (sorted)
 
 
 @dataclass(frozen=True)

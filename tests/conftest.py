@@ -43,12 +43,22 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     while leftovers and time.monotonic() < deadline:
         time.sleep(0.1)
         leftovers = gang_survivors(run_ids)
+    described = [f"{pid} ({_cmdline(pid)})" for pid in leftovers]
     for pid in leftovers:
         try:
             os.kill(pid, signal.SIGKILL)
         except OSError:
             pass
-    assert not leftovers, f"processes left behind by the test: {leftovers}"
+    assert not leftovers, f"processes left behind by the test: {', '.join(described)}"
+
+
+def _cmdline(pid: int) -> str:
+    """A process's command line, shortened, for the leftover report ("gone" when it ended meanwhile)."""
+    try:
+        text = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return "gone"
+    return text[:160]
 
 
 @pytest.fixture

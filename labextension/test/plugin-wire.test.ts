@@ -47,6 +47,10 @@ describe("wire", () => {
     const queued = parseRunList({ runs: FIXTURES }).find((r) => r.state === "queued");
     assert.ok(queued);
     assert.match(queued.detail ?? "", /^queued: Resources \(position 2 of 3/);
+    const stalled = parseRunList({ runs: FIXTURES }).find((r) => r.state === "stalled");
+    assert.ok(stalled);
+    assert.ok(isActive(stalled.state), "a stalled run is still live: it ticks and can be cancelled");
+    assert.match(stalled.detail ?? "", /^stalled: rank 1 /);
   });
 
   it("keeps a failed rank only when it is a rank number", () => {

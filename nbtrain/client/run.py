@@ -83,7 +83,11 @@ class Run:
         return self._watcher.sync(with_lines=with_lines)
 
     def status(self) -> RunState:
-        """The run's state now (asks the backend about the current attempt; records the verdict when terminal)."""
+        """The run's state now (asks the backend about the current attempt; records the verdict when terminal).
+
+        STALLED while the run is running but ranks made no progress for ``--stall-after`` seconds (a hang):
+        :attr:`stalled_ranks` names them and ``snapshot().detail`` says where they are stuck, with their stacks.
+        """
         status = self.backend.status(self.handle)
         self._note_status(status)
         return status.state
@@ -113,6 +117,12 @@ class Run:
                 return
             self.record.tracking_run_id = self.record.tracking_run_id or on_disk.tracking_run_id
         self.store.save(self.record)
+
+    @property
+    def stalled_ranks(self) -> tuple[int, ...]:
+        """The global ranks the last :meth:`status` found stalled (empty unless it returned STALLED)."""
+        status = self._last_status
+        return status.stalled if status is not None and status.state is RunState.STALLED else ()
 
     @property
     def failure(self) -> Failure | None:
@@ -182,6 +192,8 @@ class Run:
         started = view.started or self.record.created
         elapsed = time.time() - started if not state.terminal else (view.ended or time.time()) - started
         metrics = ", ".join(f"{k}={v:.4g}" for k, v in list(view.last_metrics(0).items())[:3])
+        if state is RunState.STALLED and self.stalled_ranks:
+            step += f" (rank{'s' if len(self.stalled_ranks) > 1 else ''} {', '.join(map(str, self.stalled_ranks))} stuck)"
         return f"{self.id}: {state.value}{step} ({elapsed:.0f} s, {len(view.ranks)}/{self.spec.world_size} ranks up){' ' + metrics if metrics else ''}"
 
     # -- data -------------------------------------------------------------------------------------

@@ -44,6 +44,8 @@ ENV_RESULT_PATH = "NBTRAIN_RESULT_PATH"
 ENV_NODE_RANK = "NBTRAIN_NODE_RANK"
 ENV_COLLECTIVE_TIMEOUT = "NBTRAIN_COLLECTIVE_TIMEOUT"
 ENV_HEARTBEAT_S = "NBTRAIN_HEARTBEAT_S"
+#: "0" when the run is not tracked (--no-tracking): then a user's own Accelerate MLflow tracker is left alone
+ENV_TRACKED = "NBTRAIN_TRACKED"
 
 
 @dataclass

@@ -70,6 +70,7 @@ def _patch_trackers() -> None:
     """``init_trackers(config=...)`` becomes the run's MLflow params; Accelerate's own MLflow tracker is not
     started on the ranks (nbtrain's run already records ``accelerator.log``: a second MLflow run, made from a
     rank that may not even reach the tracking server, would only split the record). Other trackers work as usual.
+    With ``--no-tracking`` (:data:`context.ENV_TRACKED` "0") nbtrain records nothing, so the MLflow tracker stays.
     """
     try:
         import accelerate
@@ -97,6 +98,8 @@ def _patch_trackers() -> None:
     @functools.wraps(original_filter)
     def filter_trackers(log_with: Any, logging_dir: Any = None) -> Any:
         trackers = original_filter(log_with, logging_dir)
+        if os.environ.get(context.ENV_TRACKED) == "0":  # --no-tracking: the user's own MLflow tracker is the record
+            return trackers
         kept = [t for t in trackers if str(getattr(t, "name", t)).lower() != "mlflow"]
         ctx = context.current()
         if len(kept) != len(trackers) and ctx is not None and ctx.rank == 0:

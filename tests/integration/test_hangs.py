@@ -85,7 +85,9 @@ def test_a_rank_stuck_outside_a_collective_is_reported_then_ends_the_run_with_bo
     stalled_at = None
     while time.monotonic() < ready + 30:
         snapshot = run.snapshot()
-        if "stalled" in snapshot.detail:
+        # this stall, not one reported while a loaded machine was still starting the gang (--stall-after 5 also
+        # covers "the whole gang silent since it started"; that one ends at the ranks' next heartbeat)
+        if "rank 1 stuck outside any collective" in snapshot.detail:
             stalled_at = time.monotonic()
             break
         time.sleep(0.2)
@@ -94,6 +96,9 @@ def test_a_rank_stuck_outside_a_collective_is_reported_then_ends_the_run_with_bo
     snapshot = run.snapshot()
     assert "rank 1 stuck outside any collective" in snapshot.detail and "all_reduce" in snapshot.detail
     assert any(n.startswith("stalled:") for n in snapshot.notices)
+    assert snapshot.state is RunState.STALLED
+    assert run.status() is RunState.STALLED and 1 in run.stalled_ranks, (run.status(), run.stalled_ranks)
+    assert "stuck)" in run._progress_text(RunState.STALLED)
     with pytest.raises(RunFailedError) as caught:
         run.wait(timeout=60, progress=False)
     ended = time.monotonic()

@@ -47,3 +47,21 @@ def test_init_trackers_config_becomes_params_and_no_second_mlflow_run(sqlite_tra
     runs = [r for e in client.search_experiments() for r in client.search_runs([e.experiment_id])]
     assert [r.info.run_id for r in runs] == [mlflow_run.info.run_id]
     assert any("Accelerate's own MLflow tracker is not started" in n for n in run.snapshot().notices)
+
+
+def test_with_no_tracking_the_users_own_mlflow_tracker_is_left_alone(sqlite_tracking: str, shell: Any, run_cell: Any,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from mlflow import MlflowClient
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", sqlite_tracking)  # where Accelerate's tracker on rank 0 records
+    run_cell(CELL.replace("--out run", "--out run --no-tracking"))
+    run = shell.user_ns["run"]
+    assert run.wait(timeout=180, progress=False).value == "succeeded"
+    assert run.record.tracking_run_id is None  # nbtrain recorded nothing ...
+    client = MlflowClient(tracking_uri=sqlite_tracking)
+    experiment = client.get_experiment_by_name("own-project")
+    assert experiment is not None, "... so the cell's own MLflow tracker must have run"
+    [own] = client.search_runs([experiment.experiment_id])
+    assert own.data.params["lr"] == "0.1"
+    assert [p.value for p in client.get_metric_history(own.info.run_id, "loss")] == [1.0, 0.5, 1.0 / 3]
+    assert not any("Accelerate's own MLflow tracker is not started" in n for n in run.snapshot().notices)

@@ -10,6 +10,7 @@ export type RunState =
   | "queued"
   | "starting"
   | "running"
+  | "stalled"
   | "succeeded"
   | "failed"
   | "cancelled";

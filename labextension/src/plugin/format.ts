@@ -11,6 +11,7 @@ const LABELS: Record<RunState, string> = {
   queued: "Queued",
   starting: "Starting",
   running: "Running",
+  stalled: "Stalled",
   succeeded: "Succeeded",
   failed: "Failed",
   cancelled: "Cancelled",

@@ -14,7 +14,7 @@ export class ActiveRunsItem extends Widget {
     this.addClass("nbtrain-StatusItem");
     this.addClass("jp-StatusBar-TextItem");
     this.node.dataset.testid = "nbtrain-status-active";
-    this.node.title = "nbtrain runs that are pending, queued, starting or running — click for the runs panel";
+    this.node.title = "nbtrain runs that are pending, queued, starting, running or stalled — click for the runs panel";
     this.node.addEventListener("click", onClick);
     model.changed.connect(this.render);
     this.render();

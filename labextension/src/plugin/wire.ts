@@ -9,12 +9,29 @@
  * wheel): every payload is checked here once, so the views only ever see well-formed values.
  */
 
-export type RunState = "pending" | "queued" | "starting" | "running" | "succeeded" | "failed" | "cancelled";
+export type RunState =
+  | "pending"
+  | "queued"
+  | "starting"
+  | "running"
+  | "stalled"
+  | "succeeded"
+  | "failed"
+  | "cancelled";
 
-const STATES: readonly RunState[] = ["pending", "queued", "starting", "running", "succeeded", "failed", "cancelled"];
-const ACTIVE: ReadonlySet<RunState> = new Set<RunState>(["pending", "queued", "starting", "running"]);
+const STATES: readonly RunState[] = [
+  "pending",
+  "queued",
+  "starting",
+  "running",
+  "stalled",
+  "succeeded",
+  "failed",
+  "cancelled",
+];
+const ACTIVE: ReadonlySet<RunState> = new Set<RunState>(["pending", "queued", "starting", "running", "stalled"]);
 
-/** True while a run can still change: pending, queued, starting or running. */
+/** True while a run can still change: pending, queued, starting, running or stalled (running without progress). */
 export function isActive(state: RunState): boolean {
   return ACTIVE.has(state);
 }

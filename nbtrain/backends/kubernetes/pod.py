@@ -144,6 +144,7 @@ def _env(spec: JobSpec, inputs: PodInputs) -> list[dict[str, Any]]:
         {"name": rt.ENV_EVENT_KEY, "valueFrom": {"secretKeyRef": {
             "name": inputs.event_key_secret, "key": EVENT_KEY_FIELD, "optional": True}}},
         {"name": rt.ENV_COLLECTIVE_TIMEOUT, "value": f"{spec.collective_timeout_s:g}"},
+        {"name": rt.ENV_TRACKED, "value": "1" if spec.tracking else "0"},
     ]
     checkpoints = checkpoint_root(spec, inputs.run_id)
     if checkpoints is not None:

@@ -33,6 +33,8 @@ from nbtrain.backends.local import procs
 from nbtrain.backends.local.gpus import GpuInventory, detect_gpus
 from nbtrain.backends.local.ports import free_port
 from nbtrain.backends.local.supervisor import _pid_gone
+from nbtrain.backends.statusfile import read_status as _read_status
+from nbtrain.backends.statusfile import status_from
 from nbtrain.backends.storecursor import attempt_numbers
 from nbtrain.errors import BackendError, EnvironmentProblem, SpecError
 from nbtrain.events import EventKind, EventWriter
@@ -42,7 +44,7 @@ from nbtrain.runtime import watchdog
 from nbtrain.runtime.progress import ENV_STALL_S
 from nbtrain.spec import Device, JobSpec, Strategy
 from nbtrain.storage.checkpoints import run_checkpoint_root
-from nbtrain.store import Store, private_dir, read_json, write_json_atomic
+from nbtrain.store import Store, private_dir, write_json_atomic
 
 __all__ = ["LocalBackend"]
 
@@ -163,6 +165,7 @@ class LocalBackend(StoreBackedBackend):
                 rt.ENV_RESULT_PATH: str(attempt_dir / "result.pkl"),
                 rt.ENV_NODE_RANK: str(node),
                 rt.ENV_COLLECTIVE_TIMEOUT: str(spec.collective_timeout_s),
+                rt.ENV_TRACKED: "1" if spec.tracking else "0",
                 ENV_STALL_S: str(effective_stall_after(spec.stall_after_s, spec.hang_timeout_s)),
                 "NBTRAIN_CHECKPOINT_DIR": self.checkpoint_root(spec, run_id),
                 "NBTRAIN_KEEP_CHECKPOINTS": str(spec.keep_checkpoints),
@@ -296,18 +299,13 @@ class LocalBackend(StoreBackedBackend):
             if attempt == handle.attempt and pid and _pid_gone(pid)[0] and _read_status(path) is None:
                 return self._orphaned(handle.run_id, path, {"supervisor_pid": pid, "attempt": attempt})
             return RunStatus(RunState.STARTING, attempt=attempt)
-        state = RunState(data["state"])
-        failure = Failure.from_dict(data["failure"]) if data.get("failure") else None
-        if data.get("retrying"):
-            return RunStatus(RunState.STARTING, attempt, data.get("started"), None, failure,
-                             detail=f"restarting after: {failure.summary() if failure else 'a failure'}")
-        if not state.terminal and not _supervisor_alive(data):
+        if not data.get("retrying") and not RunState(data["state"]).terminal and not _supervisor_alive(data):
             data = _read_status(path) or data  # it may have written its verdict just before exiting
-            state = RunState(data["state"])
-            failure = Failure.from_dict(data["failure"]) if data.get("failure") else None
-            if not state.terminal:
+            if not RunState(data["state"]).terminal:
                 return self._orphaned(handle.run_id, path, data)
-        return RunStatus(state, attempt, data.get("started"), data.get("ended"), failure, str(data.get("detail") or ""))
+        found = status_from(data, attempt)
+        assert found is not None  # data is a status
+        return found
 
     def _orphaned(self, run_id: str, path: Path, data: dict[str, Any]) -> RunStatus:
         """The verdict of an attempt whose supervisor died without one (written once, by one reader)."""
@@ -384,14 +382,6 @@ def write_attempt_files(request: Mapping[str, Any]) -> Path:
         handle.write(config["text"])
     write_json_atomic(attempt_dir / "plan.json", dict(request))
     return attempt_dir
-
-
-def _read_status(path: Path) -> dict[str, Any] | None:
-    try:
-        data = read_json(path)
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) and "state" in data else None
 
 
 def _supervisor_alive(data: dict[str, Any]) -> bool:

@@ -135,6 +135,7 @@ class Supervisor:
                 ],
                 "updated": time.time(),
                 "detail": f"stalled: {self.stall.message}{self.stall_stacks}" if self.stall is not None else "",
+                "stalled": list(self.stall.stalled) if self.stall is not None else [],
             },
         )
 

@@ -52,6 +52,8 @@ from nbtrain.backends.slurm import cli
 from nbtrain.backends.slurm.jobstate import JobInfo, queued_detail, slurm_verdict
 from nbtrain.backends.slurm.restarts import Restart, RestartDecision, decide_restart, restart_note
 from nbtrain.backends.slurm.script import batch_script, sbatch_options
+from nbtrain.backends.statusfile import read_status as _read_status
+from nbtrain.backends.statusfile import status_from as _stored
 from nbtrain.backends.storecursor import attempt_numbers
 from nbtrain.errors import EnvironmentProblem, SpecError
 from nbtrain.events import EventKind, EventWriter
@@ -163,6 +165,7 @@ class SlurmBackend(StoreBackedBackend):
             rt.ENV_LOGS_DIR: str(logs_dir),
             rt.ENV_RESULT_PATH: str(attempt_dir / "result.pkl"),
             rt.ENV_COLLECTIVE_TIMEOUT: str(spec.collective_timeout_s),
+            rt.ENV_TRACKED: "1" if spec.tracking else "0",
             ENV_STALL_S: str(effective_stall_after(spec.stall_after_s, spec.hang_timeout_s)),
             "NBTRAIN_CHECKPOINT_DIR": self.checkpoint_root(spec, run_id),
             "NBTRAIN_KEEP_CHECKPOINTS": str(spec.keep_checkpoints),
@@ -465,23 +468,3 @@ def _final(root: Path, attempt: int, state: RunState, failure: Failure | None, r
                                              "failure": failure.to_dict() if failure else data.get("failure"),
                                              "ended": data.get("ended") or time.time(), "updated": time.time(),
                                              "detail": reason if state is RunState.CANCELLED else ""})
-
-
-def _read_status(path: Path) -> dict[str, Any] | None:
-    try:
-        data = read_json(path)
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) and "state" in data else None
-
-
-def _stored(data: dict[str, Any] | None, attempt: int) -> RunStatus | None:
-    if data is None:
-        return None
-    state = RunState(data["state"])
-    failure = Failure.from_dict(data["failure"]) if data.get("failure") else None
-    if data.get("retrying"):
-        return RunStatus(RunState.STARTING, attempt, data.get("started"), None, failure,
-                         detail=f"restarting after: {failure.summary() if failure else 'a failure'}")
-    return RunStatus(state, attempt, data.get("started"), data.get("ended"), failure, str(data.get("detail") or ""))
-
