@@ -23,6 +23,7 @@ remove nbtrain's volumes, labels or annotations, ``restartPolicy``, ``subdomain`
 request (``--gpus``); set metadata other than labels and annotations; break the restricted Pod Security profile
 (:func:`restricted_violations`, checked on the merged pod); or carry a secret in plain text (an env var or any
 other value that looks like one, as ``--env`` is refused: :mod:`nbtrain.secrets`), unless ``--allow-secrets``.
+The merged template must then fit the API's schema (:func:`schema_problems`: a misspelt field, a number given as text).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from nbtrain.errors import SpecError
 from nbtrain.secrets import looks_secret, looks_secret_value
 
 __all__ = ["MERGE_KEYS", "PodOverride", "apply_override", "check_override", "read_pod_template",
-           "restricted_violations", "strategic_merge"]
+           "restricted_violations", "schema_problems", "strategic_merge"]
 
 _CONTAINER_LISTS = ("containers", "initContainers", "ephemeralContainers")
 _CONTAINER_KEYS = {"env": "name", "ports": "containerPort", "volumeMounts": "mountPath", "volumeDevices": "devicePath"}
@@ -204,11 +205,39 @@ def apply_override(template: Mapping[str, Any], override: PodOverride, *, traine
     except SpecError as error:
         raise SpecError(str(error).replace("--pod-template:", f"--pod-template {override.path}:", 1)) from None
     problems = check_override(template, fragment, merged, trainer=trainer, gpu_resource=gpu_resource,
-                              allow_secrets=allow_secrets)
+                              allow_secrets=allow_secrets) or schema_problems(merged)
     if problems:
         raise SpecError(f"--pod-template {override.path}: " + ("\n  ".join(["refused:", *problems])
                                                                if len(problems) > 1 else problems[0]))
     return merged
+
+
+def schema_problems(template: Mapping[str, Any]) -> list[str]:
+    """Where the PodTemplateSpec ``template`` breaks the Kubernetes API's schema (unknown fields, wrong types), one
+    message per field, from the kubernetes client's own models (client >= 35, pydantic; an older client: none)."""
+    try:
+        from kubernetes import client
+    except ImportError:  # pragma: no cover - a dependency of nbtrain
+        return []
+    validate = getattr(getattr(client, "V1PodTemplateSpec", None), "model_validate", None)
+    if validate is None:
+        return []
+    try:
+        validate(dict(template))
+    except Exception as error:  # pydantic's ValidationError (pydantic is the client's dependency, not nbtrain's)
+        errors = getattr(error, "errors", None)
+        if not callable(errors):
+            raise
+        return [f"{_location(e.get('loc', ()))}: {e.get('msg', 'invalid')} (the Kubernetes API's PodTemplateSpec "
+                "schema)" for e in errors()]
+    return []
+
+
+def _location(loc: Any) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return out.lstrip(".")
 
 
 def check_override(template: Mapping[str, Any], fragment: Mapping[str, Any], merged: Mapping[str, Any], *,

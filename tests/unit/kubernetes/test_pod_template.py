@@ -195,6 +195,8 @@ def test_a_template_reaches_every_pod_of_every_flavor_and_nbtrains_parts_stay(ma
     ({"spec": {"initContainers": [{"name": "setup", "image": "busybox"}]}},
      "spec.initContainers[name=setup].securityContext.allowPrivilegeEscalation must be false"),
     ({"spec": {"volumes": [{"name": "host", "hostPath": {"path": "/data"}}]}}, "spec.volumes[name=host]: hostPath"),
+    ({"spec": {"afinity": {}}}, "spec.afinity: Extra inputs are not permitted (the Kubernetes API's PodTemplateSpec"),
+    ({"spec": {"terminationGracePeriodSeconds": "soon"}}, "spec.terminationGracePeriodSeconds: Input should be a valid"),
     ({"spec": {"containers": [{"name": "trainer", "env": [{"name": "WANDB_API_KEY", "value": "0123456789abcdef"}]}]}},
      "spec.containers[name=trainer].env[name=WANDB_API_KEY]: looks like a secret"),
     ({"metadata": {"annotations": {"example.com/pull": "ghp_abcdefghijklmnopqrstuvwxyz0123456789"}}},
