@@ -231,3 +231,17 @@ def test_a_file_that_is_no_pod_template_fragment_is_refused(tmp_path: Path, text
 def test_a_missing_file_is_refused_naming_it(make_plan: MakePlan, tmp_path: Path) -> None:
     with pytest.raises(SpecError, match=r"--pod-template .*missing\.yaml: cannot read the file"):
         make_plan(pod_template=str(tmp_path / "missing.yaml"))
+
+
+def test_exported_manifests_carry_the_merged_pods(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from nbtrain.bundle import capture_cell
+    from nbtrain.export.manifests import manifest_yaml
+    from nbtrain.spec import JobSpec
+
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "no-kubeconfig"))
+    bundle = capture_cell("6 * 7\n", {"__name__": "__main__"})
+    spec = JobSpec(name="export", backend="kubernetes", image="ghcr.io/org/train:1", pod_template=_file(tmp_path, GOOD))
+    for flavor in FLAVORS:
+        docs = list(yaml.safe_load_all(manifest_yaml(spec, bundle, flavor)))
+        pods = pod_specs(docs[0])
+        assert pods and all({"name": "FROM_TEMPLATE", "value": "yes"} in p["containers"][0]["env"] for p in pods)
