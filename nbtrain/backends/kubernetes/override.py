@@ -259,6 +259,12 @@ def check_override(template: Mapping[str, Any], fragment: Mapping[str, Any], mer
                 problems.append(f"metadata.{kind}.{key}: not a valid {kind[:-1]} (a key is an optional DNS prefix and "
                                 "'/', then at most 63 letters, digits, '-', '_' or '.'; a label value at most 63 of "
                                 "those, beginning and ending with a letter or digit).")
+    for kind in ("labels", "annotations"):  # a null map or key removes them: check what the merge left
+        kept = (merged.get("metadata") or {}).get(kind) or {}
+        for key, value in ((template.get("metadata") or {}).get(kind) or {}).items():
+            if kept.get(key) != value and not any(f"metadata.{kind}.{key}:" in p for p in problems):
+                problems.append(f"metadata.{kind}.{key}: set by nbtrain, Kueue or --{kind[:-1]}; the template may not "
+                                "change or remove it.")
     spec, new_spec = template.get("spec") or {}, merged.get("spec") or {}
     for field, why in _OWN_POD_FIELDS.items():
         if spec.get(field) != new_spec.get(field):

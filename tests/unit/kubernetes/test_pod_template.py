@@ -185,6 +185,8 @@ def test_a_template_reaches_every_pod_of_every_flavor_and_nbtrains_parts_stay(ma
     ({"metadata": {"name": "mine"}}, "metadata.name"),
     ({"metadata": {"labels": {"nbtrain.dev/run-id": "x"}}}, "metadata.labels.nbtrain.dev/run-id"),
     ({"metadata": {"labels": {"app.kubernetes.io/managed-by": "me"}}}, "metadata.labels.app.kubernetes.io/managed-by"),
+    ({"metadata": {"labels": None}}, "metadata.labels.nbtrain.dev/run-id: set by nbtrain"),
+    ({"metadata": None}, "metadata.labels.nbtrain.dev/attempt: set by nbtrain"),
     ({"spec": {"hostNetwork": True}}, "spec.hostNetwork must not be true"),
     ({"spec": {"hostPID": True}}, "spec.hostPID must not be true"),
     ({"spec": {"securityContext": {"runAsNonRoot": False}}}, "spec.securityContext.runAsNonRoot: nbtrain's pods run as non-root"),
