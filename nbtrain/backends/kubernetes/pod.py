@@ -207,10 +207,12 @@ def _resources(spec: JobSpec, inputs: PodInputs) -> dict[str, Any]:
 
 def spread_constraint(topology_key: str, labels: dict[str, str]) -> dict[str, Any]:
     """``--spread-by``: the attempt's pods (selected by its run-id and attempt labels) spread evenly over
-    ``topology_key``'s domains, at most one more in any domain than in the least loaded, else Pending."""
+    ``topology_key``'s domains, at most one more in any domain than in the least loaded, else Pending. The domains
+    are those of the nodes the pods may run on (their node selector and affinity, and taints they tolerate: a tainted
+    CPU node must not count as an empty domain)."""
     selector = {key: labels[key] for key in (nm.LABEL_RUN_ID, nm.LABEL_ATTEMPT)}
     return {"maxSkew": 1, "topologyKey": topology_key, "whenUnsatisfiable": "DoNotSchedule",
-            "labelSelector": {"matchLabels": selector}}
+            "labelSelector": {"matchLabels": selector}, "nodeAffinityPolicy": "Honor", "nodeTaintsPolicy": "Honor"}
 
 
 def _pod_security(uid: int | None) -> dict[str, Any]:

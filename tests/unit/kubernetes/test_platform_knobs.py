@@ -76,7 +76,8 @@ def test_every_flavor_carries_every_knob(make_plan: MakePlan, tmp_path: Path, fl
         (spread,) = pod["topologySpreadConstraints"]
         assert spread == {"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "DoNotSchedule",
                           "labelSelector": {"matchLabels": {"nbtrain.dev/run-id": "digits-3fa9c2",
-                                                            "nbtrain.dev/attempt": "0"}}}
+                                                            "nbtrain.dev/attempt": "0"}},
+                          "nodeAffinityPolicy": "Honor", "nodeTaintsPolicy": "Honor"}
         assert {"name": "NCCL_IB_HCA", "value": "mlx5"} in trainer["env"]
         assert pod["initContainers"][0]["name"] == "log-shipper"
         assert "podAntiAffinity" in pod["affinity"]
