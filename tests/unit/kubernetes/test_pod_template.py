@@ -247,3 +247,13 @@ def test_exported_manifests_carry_the_merged_pods(tmp_path: Path, monkeypatch: p
         docs = list(yaml.safe_load_all(manifest_yaml(spec, bundle, flavor)))
         pods = pod_specs(docs[0])
         assert pods and all({"name": "FROM_TEMPLATE", "value": "yes"} in p["containers"][0]["env"] for p in pods)
+
+
+def test_a_template_keeps_openshifts_mode_without_ids(make_plan: MakePlan, tmp_path: Path) -> None:
+    from nbtrain.backends.kubernetes import KubeOptions
+
+    options = KubeOptions(image="ghcr.io/org/train:1", run_as_user=None)  # NBTRAIN_K8S_RUN_AS_USER=auto
+    for pod in pod_specs(make_plan(options=options, pod_template=_file(tmp_path, GOOD)).request["objects"][0]):
+        assert not {"runAsUser", "runAsGroup", "fsGroup"} & set(pod["securityContext"])
+        assert pod["securityContext"]["runAsNonRoot"] is True
+        assert restricted_violations(pod) == []
