@@ -304,18 +304,30 @@ SLEEPER = textwrap.dedent("""
 """)
 
 
-def _ctrl_c_once(ready) -> threading.Thread:  # type: ignore[no-untyped-def]
-    """Once ``ready()``, SIGINT this process, as Ctrl-C (a kernel's interrupt) does: the main thread, waiting, gets
-    a KeyboardInterrupt from Python's own SIGINT handler."""
+def _ready(run) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + 120
+    while not all("ready" in run.logs(r) for r in (0, 1)):
+        assert time.monotonic() < deadline, "the run never started"
+        time.sleep(0.1)
+
+
+def _ctrl_c_in_wait() -> threading.Thread:
+    """Once the main thread is inside ``Run.wait``, SIGINT this process, as Ctrl-C (a kernel's interrupt) does: the
+    waiting main thread gets a KeyboardInterrupt from Python's own SIGINT handler."""
+    main = threading.main_thread().ident
+
+    def waiting() -> bool:
+        frame = sys._current_frames().get(main or 0)
+        while frame is not None:
+            if frame.f_code.co_name == "wait" and frame.f_code.co_filename.endswith("client/run.py"):
+                return True
+            frame = frame.f_back
+        return False
+
     def fire() -> None:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            try:
-                if ready():
-                    break
-            except (OSError, ValueError):
-                pass
-            time.sleep(0.1)
+        deadline = time.monotonic() + 60
+        while not waiting() and time.monotonic() < deadline:
+            time.sleep(0.02)
         os.kill(os.getpid(), signal.SIGINT)
 
     thread = threading.Thread(target=fire, daemon=True)
@@ -325,8 +337,9 @@ def _ctrl_c_once(ready) -> threading.Thread:  # type: ignore[no-untyped-def]
 
 def test_ctrl_c_while_waiting_for_a_warm_run_stops_the_wait_and_says_how_to_cancel(warm_home: Path) -> None:
     run = _run(warm_home, SLEEPER)
-    _ctrl_c_once(lambda: "ready" in run.logs(0) and "ready" in run.logs(1))
+    _ready(run)
     with pytest.raises(KeyboardInterrupt) as interrupted:
+        _ctrl_c_in_wait()
         run.wait(timeout=150, progress=False)
     message = str(interrupted.value)
     assert f"stopped waiting for run {run.id}; it is still running on warm gang" in message, message
@@ -339,8 +352,9 @@ def test_ctrl_c_while_waiting_for_a_warm_run_stops_the_wait_and_says_how_to_canc
 
 def test_ctrl_c_while_waiting_for_a_cold_run_cancels_it(warm_home: Path) -> None:
     run = _run(warm_home, SLEEPER, warm=False)
-    _ctrl_c_once(lambda: "ready" in run.logs(0) and "ready" in run.logs(1))
+    _ready(run)
     with pytest.raises(KeyboardInterrupt):
+        _ctrl_c_in_wait()
         run.wait(timeout=150, progress=False)
     assert run.status() is RunState.CANCELLED
 
