@@ -21,6 +21,7 @@ from nbtrain.backends.kubernetes.override import restricted_violations
 from nbtrain.errors import SpecError
 from nbtrain.flags import build_parser, spec_from_namespace, unsupported_options
 from nbtrain.flags.tomlmap import spec_from_toml
+from nbtrain.spec import FLAVORS as FLAVORS_OF_SPEC
 from nbtrain.spec import JobSpec
 
 MakePlan = Callable[..., Plan]
@@ -213,3 +214,32 @@ def test_a_profile_sets_default_requests_and_knobs_and_can_lock_them() -> None:
         "16", "300Gi", "amd.com/gpu", "kubernetes.io/hostname", "/etc/nbtrain/amd-pod.yaml")
     with pytest.raises(SpecError, match=r"locks gpu-resource to amd.com/gpu"):
         resolve(JobSpec(), parser.parse_args(["--gpu-resource", "nvidia.com/gpu"]), profile)
+
+
+_TRAINJOB = pytest.mark.skipif("trainjob" not in FLAVORS_OF_SPEC, reason="the trainjob flavor has not landed")
+
+
+@_TRAINJOB
+def test_the_trainjob_flavor_carries_the_knobs_it_can_and_refuses_the_others_by_name(make_plan: MakePlan,
+                                                                                      tmp_path: Path) -> None:
+    """A TrainJob takes the trainer's fields and one runtime patch: the GPU resource, the Kueue priority label and
+    what a template adds to the trainer's env and the pods' labels and affinity reach it; --spread-by and the
+    template's init container, which it has no field for, are refused naming the option."""
+    knobs = _all_knobs(tmp_path, spread_by=None, priority_class=None)  # a TrainJob has no field for either
+    trainjob_template = tmp_path / "trainjob-template.yaml"
+    trainjob_template.write_text(yaml.safe_dump({**TEMPLATE, "spec": {
+        k: v for k, v in TEMPLATE["spec"].items() if k != "initContainers"}}))
+    workload = make_plan(flavor="trainjob", **{**knobs, "pod_template": str(trainjob_template)}).request["objects"][0]
+    assert workload["kind"] == "TrainJob"
+    assert workload["metadata"]["labels"][KUEUE_PRIORITY_LABEL] == "research-high"
+    values = [value for _, value in walk(workload)]
+    assert any(isinstance(v, dict) and v.get("amd.com/gpu") == "8" for v in values)
+    assert {"name": "NCCL_IB_HCA", "value": "mlx5"} in workload["spec"]["trainer"]["env"]
+    assert any(isinstance(v, dict) and v.get("example.com/fabric") == "ib" for v in values)
+    assert any(isinstance(v, dict) and "podAntiAffinity" in v for v in values)
+    filename, version = "trainer-trainjobs.yaml", "v1alpha1"
+    jsonschema.validate(workload, crd_schema(filename, version))
+    with pytest.raises(SpecError, match=re.escape("--spread-by")):
+        make_plan(flavor="trainjob", spread_by="kubernetes.io/hostname")
+    with pytest.raises(SpecError, match=re.escape("--pod-template")):
+        make_plan(flavor="trainjob", **knobs)  # TEMPLATE's init container: no place for it in a TrainJob
