@@ -25,6 +25,7 @@ environment (``NBTRAIN_PYTHON``, default: this interpreter).
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import importlib.util
 import os
@@ -327,7 +328,7 @@ class SlurmBackend(StoreBackedBackend):
                        reason)
                 return True
         try:
-            spec = JobSpec.from_dict(plan["spec"])
+            spec = _without_node(JobSpec.from_dict(plan["spec"]), data.get("lost_node"))
             if not Path(plan["bundle_dir"]).is_dir():
                 raise EnvironmentProblem(f"the bundle {plan['bundle_dir']} is gone from the store")
             new = self._plan(spec, plan["bundle_dir"], plan["bundle_digest"], run_id, attempt=attempt + 1,
@@ -428,6 +429,15 @@ class SlurmBackend(StoreBackedBackend):
         later = self.status(handle)
         if later.attempt != status.attempt and not later.state.terminal:
             self._cancel_existing(handle)  # an attempt submitted while this one was being cancelled
+
+
+def _without_node(spec: JobSpec, node: object) -> JobSpec:
+    """``spec`` asking Slurm for an allocation without ``node`` (the one the failed attempt lost), if any."""
+    if not isinstance(node, str) or not node:
+        return spec
+    excluded = [n for n in str(spec.sbatch_options.get("exclude") or "").split(",") if n]
+    return dataclasses.replace(spec, sbatch_options={**spec.sbatch_options,
+                                                     "exclude": ",".join(dict.fromkeys([*excluded, node]))})
 
 
 def _request_cancel(attempt_dir: Path) -> None:

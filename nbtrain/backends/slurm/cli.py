@@ -25,6 +25,7 @@ __all__ = [
     "jobs",
     "node_address",
     "partition_has_gpus",
+    "probe",
     "require_client",
     "run",
     "sbatch",
@@ -140,3 +141,13 @@ def partition_has_gpus(partition: str | None) -> bool:
     argv = ["sinfo", "-h", "-o", "%G"] + (["-p", partition] if partition else [])
     done = run(argv)
     return done.returncode == 0 and "gpu" in done.stdout
+
+
+def probe(argv: list[str], *, timeout: float) -> str | None:
+    """Run a probe step (:func:`nbtrain.backends.slurm.script.probe_argv`): None when it succeeded, else what
+    srun said (or that it did not answer in ``timeout`` s)."""
+    try:
+        done = run(argv, timeout=timeout)
+    except EnvironmentProblem as error:
+        return str(error)
+    return None if done.returncode == 0 else _said(done.stderr)

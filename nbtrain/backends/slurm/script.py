@@ -19,7 +19,7 @@ from typing import Any
 
 from nbtrain.spec import JobSpec
 
-__all__ = ["batch_script", "sbatch_options", "srun_argv"]
+__all__ = ["batch_script", "probe_argv", "sbatch_options", "srun_argv"]
 
 
 def sbatch_options(spec: JobSpec, *, use_gpu: bool, job_name: str, output: str, chdir: str) -> list[str]:
@@ -57,3 +57,13 @@ def srun_argv(request: Mapping[str, Any], *, address: str, port: int) -> list[st
         f"--output={request['logs_dir']}/node-%n.log", "--export=ALL", f"--job-name=nbtrain-{request['run_id']}",
         request["python"], "-m", "nbtrain.backends.slurm.node", request["attempt_dir"], address, str(port),
     ]
+
+
+def probe_argv(nodes: int) -> list[str]:
+    """A step that starts ``true`` once on each node of the allocation: can every node still run a task?
+
+    Run before a restart in place, after a failure srun cannot tell from a lost node (a task ``Killed``): a node
+    whose slurmd is gone refuses the launch at once, long before slurmctld declares it DOWN (``SlurmdTimeout``).
+    """
+    return ["srun", f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1", "--kill-on-bad-exit=1",
+            "--export=ALL", "--job-name=nbtrain-probe", "true"]

@@ -16,12 +16,13 @@ from dataclasses import dataclass
 
 from nbtrain.model import Failure
 
-__all__ = ["TaskEnd", "blame_node", "first_task_failure", "node_failure", "parse_task_ends"]
+__all__ = ["TaskEnd", "blame_node", "first_task_failure", "node_failure", "parse_task_ends", "unreachable_node"]
 
 _TASK = re.compile(r"^srun: error: (?P<node>\S+): tasks? (?P<task>\d+)(?:-\d+)?: "
                    r"(?:(?P<killed>Killed)|Exited with exit code (?P<code>\d+)|(?P<other>.+))$")
 _TERMINATING = re.compile(r"_step_signal: Terminating|forcing job termination|Job step aborted")
 _NODE_FAILURE = re.compile(r"^srun: error: Node failure on (?P<node>\S+)")
+_LAUNCH_FAILED = re.compile(r"failed on node (?P<node>[^\s:]+)")
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,18 @@ def node_failure(text: str) -> str | None:
         match = _NODE_FAILURE.match(raw.strip())
         if match is not None:
             return match.group("node")
+    return None
+
+
+def unreachable_node(text: str) -> str | None:
+    """The node ``srun`` could not reach or start a task on (``Task launch ... failed on node NAME:``, ``Node failure
+    on NAME``, ``NAME: task K: ...``), or None. Lines may be joined by ``; `` (:func:`.cli.probe`'s answer)."""
+    for raw in re.split(r"\n|; ", text):
+        line = raw.strip()
+        for pattern in (_LAUNCH_FAILED, _NODE_FAILURE, _TASK):
+            match = pattern.search(line) if pattern is _LAUNCH_FAILED else pattern.match(line)
+            if match is not None:
+                return match.group("node")
     return None
 
 

@@ -32,8 +32,8 @@ from nbtrain.backends.local.supervisor import LAST_LINES, RESTART_DELAY_S, Super
 from nbtrain.backends.slurm import cli
 from nbtrain.backends.slurm.jobstate import slurm_verdict
 from nbtrain.backends.slurm.restarts import Restart, RestartDecision, decide_restart, restart_note
-from nbtrain.backends.slurm.script import srun_argv
-from nbtrain.backends.slurm.steplog import blame_node, node_failure
+from nbtrain.backends.slurm.script import probe_argv, srun_argv
+from nbtrain.backends.slurm.steplog import blame_node, node_failure, unreachable_node
 from nbtrain.backends.storecursor import tail_lines
 from nbtrain.backends.verdict import Decision
 from nbtrain.events import EventKind, FileTail, parse_line
@@ -41,6 +41,7 @@ from nbtrain.model import Failure, RunState
 from nbtrain.store import PRIVATE_UMASK, private_dir, read_json, write_json_atomic
 
 SLURM_FILE = "slurm.json"  # the attempt's Slurm job id, in every attempt directory
+PROBE_TIMEOUT_S = 20.0  # a probe step that has not started a task on every node by then: a node is lost
 
 
 class _Step:
@@ -100,6 +101,7 @@ class SlurmSupervisor(Supervisor):
         self.slurm_ending = False
         self.job_id = os.environ.get("SLURM_JOB_ID", "")
         self.restart = RestartDecision(Restart.NONE)  # decided once, when the attempt FAILED (see _finish)
+        self.lost_node: str | None = None  # the node the allocation lost: the new one is asked without it
 
     @property
     def will_retry(self) -> bool:
@@ -113,6 +115,8 @@ class SlurmSupervisor(Supervisor):
         data = read_json(path)
         data["slurm_job_id"] = self.job_id
         data["restart"] = self.restart.restart.value if self.will_retry else Restart.NONE.value
+        if self.lost_node:
+            data["lost_node"] = self.lost_node
         write_json_atomic(path, data)
 
     def _decide_restart(self) -> RestartDecision:
@@ -130,16 +134,31 @@ class SlurmSupervisor(Supervisor):
             state = job.state if job is not None else None
         except Exception:  # noqa: BLE001 - Slurm unreachable from here: the allocation is taken as lost
             state = "FAILED"
-        return decide_restart(job_state=state, node_failed=lost, cancelled=False, attempt=attempt,
-                              restart_budget=budget, checkpointed=attempt_checkpointed(self.events_dir))
+        checkpointed = attempt_checkpointed(self.events_dir)
+        decision = decide_restart(job_state=state, node_failed=lost, cancelled=False, attempt=attempt,
+                                  restart_budget=budget, checkpointed=checkpointed)
+        nodes = int(self.plan["nodes"])
+        if decision.restart is Restart.IN_PLACE and nodes > 1:
+            # a task "Killed" on another node may be that node gone: slurmctld says so only after SlurmdTimeout,
+            # and a step started there meanwhile would fail again. Ask every node to start a task first.
+            said = cli.probe(probe_argv(nodes), timeout=PROBE_TIMEOUT_S)
+            if said is not None:
+                lost = unreachable_node(said) or "?"
+                self.out.emit(EventKind.NOTICE, message=f"a node of Slurm job {self.job_id} cannot start a task "
+                                                        f"({said}): the next attempt gets a new allocation")
+                decision = decide_restart(job_state=state, node_failed=lost, cancelled=False, attempt=attempt,
+                                          restart_budget=budget, checkpointed=checkpointed)
+        self.lost_node = lost if lost and lost != "?" else None
+        return decision
 
     def _finish(self, state: RunState, reason: str = "", failure: Failure | None = None) -> None:
         if state is RunState.FAILED and not self.slurm_ending:
             self.restart = self._decide_restart()
             if self.restart.restart is Restart.NEW_ALLOCATION and failure is not None:
                 # the base's words say "restarting from the last checkpoint (attempt N of B)": say where
-                failure = Failure.from_dict({**failure.to_dict(), "reason": f"{failure.reason}; the allocation of "
-                                             f"Slurm job {self.job_id} cannot be reused"})
+                lost = f"node {self.lost_node} is lost, " if self.lost_node else ""
+                failure = Failure.from_dict({**failure.to_dict(), "reason": f"{failure.reason}; {lost}the allocation "
+                                             f"of Slurm job {self.job_id} cannot be reused"})
                 reason = failure.summary()
             elif self.restart.restart is Restart.NONE and self.restart.why_not and failure is not None:
                 failure = Failure.from_dict({**failure.to_dict(),

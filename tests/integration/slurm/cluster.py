@@ -324,8 +324,9 @@ def running_cluster(root: Path, *, nodes: int = 2, partitions: Mapping[str, str]
 
 
 @contextmanager
-def test_cluster(monkeypatch: object, *, partitions: Mapping[str, str] | None = None) -> Iterator[Cluster]:
-    """What the ``slurm_cluster`` fixtures yield: a fresh 2-node cluster, ``SLURM_CONF`` pointing at it.
+def test_cluster(monkeypatch: object, *, partitions: Mapping[str, str] | None = None,
+                 nodes: int = 2) -> Iterator[Cluster]:
+    """What the ``slurm_cluster`` fixtures yield: a fresh cluster of ``nodes`` nodes (2), ``SLURM_CONF`` pointing at it.
 
     Skips (pytest.skip) with the install command when Slurm's programs are missing, or fails with the same words
     when ``NBTRAIN_REQUIRE_SLURM=1`` (CI: a Slurm that could not be installed must not pass as "skipped"). Fails
@@ -348,7 +349,8 @@ def test_cluster(monkeypatch: object, *, partitions: Mapping[str, str] | None = 
 
     root = Path(tempfile.mkdtemp(prefix="nbslurm-", dir="/tmp"))
     try:
-        with running_cluster(root, partitions=partitions or {"debug": "", "down": "State=DOWN"}) as cluster:
+        with running_cluster(root, nodes=nodes, partitions=partitions or {"debug": "", "down": "State=DOWN"}) \
+                as cluster:
             monkeypatch.setenv("SLURM_CONF", str(cluster.conf))  # type: ignore[attr-defined]
             cli._cache = None  # job ids start again at 1 on every cluster: never read another cluster's records
             yield cluster

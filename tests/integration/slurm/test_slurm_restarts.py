@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from cluster import Cluster
+from cluster import test_cluster as start_cluster
 
 from nbtrain.backends.slurm import SlurmBackend, cli
 from nbtrain.backends.slurm.backend import job_leftovers
@@ -50,6 +52,13 @@ for _ in range(3000):
     time.sleep(0.1)
 '''
 NODE_FAIL_S = 60  # slurmctld declares a silent node DOWN (and its job NODE_FAIL) after SlurmdTimeout=5 s + a ping
+
+
+@pytest.fixture
+def three_nodes(monkeypatch: pytest.MonkeyPatch) -> Iterator[Cluster]:
+    """A 3-node cluster: a 2-node job that lost a node has two others to restart on."""
+    with start_cluster(monkeypatch, nodes=3) as cluster:
+        yield cluster
 
 
 def _submit(home: Path, source: str, **spec: Any):  # type: ignore[no-untyped-def]
@@ -150,3 +159,36 @@ def test_with_no_budget_a_dead_node_is_the_verdict(home: Path, slurm_cluster: Cl
     assert [(a["attempt"], a["state"]) for a in run.attempts()] == [(0, "failed")]
     assert not Store(home).attempt_dir(run.id, 1).exists()
     _nothing_left(slurm_cluster, run.id, [first])
+
+
+def test_a_lost_node_of_a_multi_node_job_gets_a_new_allocation_without_it(home: Path, three_nodes: Cluster) -> None:
+    # the supervisor (on the first node) survives; srun only says the other node's task was "Killed", and slurmctld
+    # still says RUNNING: a probe step finds the node gone, so the restart is a new job that excludes it
+    run = _submit(home, SLEEP_CELL, nodes=2)
+    _wait_line(run, "ready 0", 0, 90)
+    first = _job_id(home, run.id, 0)
+    names = three_nodes.client("scontrol", "show", "hostnames", cli.jobs(fresh=True)[first].nodes).stdout.split()
+    assert len(names) == 2, names
+    dead = names[1]
+    three_nodes.kill_node(dead)
+
+    _wait_line(run, "ready 1", 1, 120)
+    second = _job_id(home, run.id, 1)
+    assert second != first, "the restart ran in the allocation that lost a node"
+    placed = three_nodes.client("scontrol", "show", "hostnames", cli.jobs(fresh=True)[second].nodes).stdout.split()
+    assert dead not in placed and len(placed) == 2, f"attempt 1 runs on {placed}, {dead} is dead"
+    said = (run.attempts()[0]["failure"] or {}).get("reason", "")
+    assert re.search(rf"node {dead} is lost", said), f"not the supervisor's probe verdict: {said}"
+    run.cancel()
+    assert run.status() is RunState.CANCELLED, run.failure
+    _nothing_left(three_nodes, run.id, [first, second])
+
+
+def test_a_rank_failure_in_a_whole_allocation_restarts_in_place(home: Path, slurm_cluster: Cluster) -> None:
+    # every node answers the probe: the next attempt is a new step of the same job, no new allocation
+    cell = 'import os\nif os.environ["NBTRAIN_ATTEMPT"] == "0":\n    raise RuntimeError("attempt 0 fails")\n7\n'
+    run = _submit(home, cell, nodes=2)
+    assert run.wait(timeout=150, progress=False) is RunState.SUCCEEDED, (run.status(), run.failure)
+    assert run.result(timeout=10) == 7
+    assert [(a["attempt"], a["state"]) for a in run.attempts()] == [(0, "failed"), (1, "succeeded")]
+    assert _job_id(home, run.id, 1) == _job_id(home, run.id, 0), "a rank failure left its whole allocation"

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from nbtrain.backends.slurm.steplog import blame_node, first_task_failure, parse_task_ends
+import pytest
+
+from nbtrain.backends.slurm.steplog import blame_node, first_task_failure, parse_task_ends, unreachable_node
 from nbtrain.model import Failure
 
 DEAD_NODE = """srun: error: n2: task 1: Killed
@@ -67,3 +69,15 @@ def test_an_exit_code_is_reported_in_srun_words() -> None:
 def test_a_node_failure_without_a_task_line_names_the_node() -> None:
     blamed = blame_node(None, "srun: error: Node failure on n7\n", node_of=NODE_OF, last_lines={})
     assert blamed is not None and "Slurm node n7 failed" in blamed.reason and "exclude=n7" in blamed.reason
+
+
+@pytest.mark.parametrize(("said", "node"), [
+    ("srun: error: Task launch for StepId=5.2 failed on node n2: Communication connection failure", "n2"),
+    ("srun: error: Node failure on n3", "n3"),
+    ("srun: error: n2: task 1: Killed", "n2"),
+    ("srun: error: Unable to create step for job 5: Job/step already completing or completed; "
+     "srun: error: Task launch for StepId=5.1 failed on node n4: Connection refused", "n4"),
+    ("srun: error: Unable to create step for job 5: Invalid job id specified", None),
+])
+def test_the_node_a_probe_could_not_start_a_task_on_is_named(said: str, node: str | None) -> None:
+    assert unreachable_node(said) == node
