@@ -277,6 +277,11 @@ def check_override(template: Mapping[str, Any], fragment: Mapping[str, Any], mer
     if ((new_spec.get("securityContext") or {}).get("runAsNonRoot")) is not True:
         problems.append("spec.securityContext.runAsNonRoot: nbtrain's pods run as non-root; the template may not "
                         "change it.")
+    new_inits = _by(new_spec.get("initContainers"), "name")
+    for name, init in _by(spec.get("initContainers"), "name").items():
+        if new_inits.get(name) != init:
+            problems.append(f"spec.initContainers[name={name}]: nbtrain's own init container; the template may not "
+                            "change or remove it (add init containers under other names).")
     problems += _check_containers(spec, new_spec, trainer=trainer, gpu_resource=gpu_resource)
     problems += restricted_violations(new_spec)
     if not allow_secrets:

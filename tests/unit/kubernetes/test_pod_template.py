@@ -257,3 +257,14 @@ def test_a_template_keeps_openshifts_mode_without_ids(make_plan: MakePlan, tmp_p
         assert not {"runAsUser", "runAsGroup", "fsGroup"} & set(pod["securityContext"])
         assert pod["securityContext"]["runAsNonRoot"] is True
         assert restricted_violations(pod) == []
+
+
+def test_nbtrains_own_init_containers_are_kept() -> None:
+    from nbtrain.backends.kubernetes.override import PodOverride, apply_override
+
+    init = {"name": "fetch-bundle", "image": "img:1", "command": ["fetch"]}
+    template = {"metadata": {"labels": {}}, "spec": {"containers": [{"name": "trainer", "image": "img:1"}],
+                                                     "initContainers": [init], "securityContext": {"runAsNonRoot": True}}}
+    override = PodOverride("pod.yaml", {"spec": {"initContainers": [{"name": "fetch-bundle", "command": ["true"]}]}})
+    with pytest.raises(SpecError, match=re.escape("spec.initContainers[name=fetch-bundle]: nbtrain's own init")):
+        apply_override(template, override, trainer="trainer", gpu_resource="nvidia.com/gpu")
