@@ -446,7 +446,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=_cmd_export)
 
-    p = sub.add_parser("manifests", help="print a job's Kubernetes manifests (YAML; --flavor job|pytorchjob|jobset)")
+    p = sub.add_parser("manifests", help="print a job's Kubernetes manifests (YAML; --flavor job|pytorchjob|jobset|trainjob)")
     p.add_argument("directory")
     p.add_argument("--accept-edits", action="store_true", help=argparse.SUPPRESS)
     flags.add_arguments(p, "cli", spec_only=True, job_title=_JOB_OPTIONS)

@@ -101,7 +101,7 @@ class ZeroOffload(_Choice):
 
 
 #: Kubernetes objects the kubernetes backend can create.
-FLAVORS = ("job", "pytorchjob", "jobset")
+FLAVORS = ("job", "pytorchjob", "jobset", "trainjob")
 #: Inclusive ranges of the whole-number fields: field -> (lowest, highest).
 LIMITS: Mapping[str, tuple[int, int]] = {
     "nodes": (1, 1024),

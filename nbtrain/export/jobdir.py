@@ -158,7 +158,7 @@ def build_job_files(
         else:
             note += f"No manifests were written: {missing_reason}\n"
         note += (
-            "\nOnce that is fixed, print them with `nbtrain manifests . [--flavor job|pytorchjob|jobset]` "
+            "\nOnce that is fixed, print them with `nbtrain manifests . [--flavor job|pytorchjob|jobset|trainjob]` "
             "(the %%distributed flags, e.g. `--image REGISTRY/IMAGE:TAG`, override nbtrain.toml there).\n"
         )
         files["k8s/README.md"] = note.encode()

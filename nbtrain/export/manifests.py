@@ -20,7 +20,7 @@ from nbtrain.spec import JobSpec
 __all__ = ["FLAVORS", "Manifests", "kubernetes_manifests", "manifest_yaml"]
 
 #: Every Kubernetes flavor a JobSpec accepts (``--flavor``).
-FLAVORS = ("job", "pytorchjob", "jobset")
+FLAVORS = ("job", "pytorchjob", "jobset", "trainjob")
 
 
 @dataclass(frozen=True)

@@ -256,7 +256,8 @@ OPTIONS: tuple[Option, ...] = (
        backends=_K8S, metavar="NAMESPACE", default_text="the kubeconfig context's"),
     _o("--queue", "str", "Kueue LocalQueue: the job waits for all-or-nothing admission.", field="queue",
        toml="kubernetes.queue", backends=_K8S, metavar="QUEUE"),
-    _o("--flavor", "choice", "Kubernetes object: an Indexed Job, a Kubeflow PyTorchJob or a JobSet.",
+    _o("--flavor", "choice", "Kubernetes object: an Indexed Job, a Kubeflow PyTorchJob, a JobSet or a Kubeflow "
+       "Trainer v2 TrainJob (on the runtime NBTRAIN_K8S_TRAINJOB_RUNTIME names).",
        field="flavor", toml="kubernetes.flavor", backends=_K8S),
     _o("--service-account", "str", "Service account of the pods.", field="service_account",
        toml="kubernetes.service_account", backends=_K8S, metavar="NAME"),

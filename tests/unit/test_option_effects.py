@@ -5,6 +5,7 @@ batch script, or its notices). Pure: plans only, no process, no cluster, no Slur
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -173,3 +174,35 @@ def test_every_option_is_either_tried_or_left_out_for_a_reason() -> None:
     flags = {o.flag for o in OPTIONS if o.field is not None}
     assert flags == set(VALUES) | set(BEFORE_ANY_BACKEND)
     assert not set(VALUES) & set(BEFORE_ANY_BACKEND)
+
+
+#: What --flavor trainjob refuses (a TrainJob has no field for it; docs/kubernetes.md, "TrainJob"), each by name.
+TRAINJOB_REFUSES = {
+    "--priority-class": "no priorityClassName in Trainer's pod patch",
+    "--spread-by": "no topologySpreadConstraints in Trainer's pod patch",
+}
+K8S_CASES = [o.flag for o in _honoured("kubernetes") if o.flag not in BEFORE_ANY_BACKEND]
+
+
+@pytest.mark.parametrize("flag", K8S_CASES)
+def test_the_trainjob_flavor_honours_or_refuses_by_name_every_kubernetes_option(
+        flag: str, planner: Callable[[str], Planner], tmp_path: Path) -> None:
+    """The Kubernetes backend honours these options (the table); with --flavor trainjob each one still changes the
+    plan (the TrainJob), or is refused with an error that names it: none is dropped on the way to a TrainJob."""
+    option = next(o for o in OPTIONS if o.flag == flag)
+    assert option.field is not None
+    if flag not in VALUES:
+        pytest.skip(f"{flag} has no value to try yet (test_every_option_is_either_tried_or_left_out_for_a_reason)")
+    value, needs = VALUES[flag]
+    if value == "TEAM_CONFIG":
+        value = str(tmp_path / "team.yaml")
+        Path(value).write_text("dynamo_config:\n  dynamo_backend: INDUCTOR\n")
+    base_fields = {k: v for k, v in BACKEND_BASE["kubernetes"].items() if k != option.field}
+    base = JobSpec(**{"backend": "kubernetes", "device": "gpu", **base_fields, **needs, "flavor": "trainjob"})
+    changed = base.with_changes(**{option.field: value})
+    plan = planner("kubernetes")
+    if flag in TRAINJOB_REFUSES:
+        with pytest.raises(NbtrainError, match=re.escape(flag)):
+            plan(changed)
+        return
+    assert _shown(plan(base)) != _shown(plan(changed)), f"{flag} {value!r}: the TrainJob's plan is the same"

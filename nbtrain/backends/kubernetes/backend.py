@@ -1,4 +1,4 @@
-"""The Kubernetes backend: the same cell as a gang of pods (Indexed Job, PyTorchJob or JobSet).
+"""The Kubernetes backend: the same cell as a gang of pods (Indexed Job, PyTorchJob, JobSet or TrainJob).
 
 ``plan`` is pure (manifests from :mod:`.manifests`); ``submit`` creates them; everything the run
 reports travels in its pods' logs and is mirrored into the store by a :class:`~.mirror.Mirror`
@@ -29,6 +29,7 @@ from nbtrain.backends.accelerate_config import CONFIG_NAME, accelerate_config, r
 from nbtrain.backends.base import Capabilities, Plan, RunHandle, StoreBackedBackend
 from nbtrain.backends.kubernetes import manifests as mf
 from nbtrain.backends.kubernetes import names as nm
+from nbtrain.backends.kubernetes import trainjob as tj
 from nbtrain.backends.kubernetes.api import KubeApi, kubeconfig_namespace
 from nbtrain.backends.kubernetes.attempts import cancel_restart, follow, write_handle
 from nbtrain.backends.kubernetes.config import KubeOptions
@@ -124,6 +125,8 @@ class KubernetesBackend(StoreBackedBackend):
         if spec.queue:
             notices.append(f"queued through Kueue (queue {spec.queue}): the pods start when the whole gang is admitted")
         names = nm.object_names(run_id, flavor=spec.flavor, nodes=spec.nodes, attempt=attempt)
+        if spec.flavor == "trainjob":  # no TTL on a TrainJob: say so (docs/kubernetes.md, "TrainJob")
+            notices += tj.notices(tj.runtime_ref(options.trainjob_runtime), names.base, namespace)
         refusal = strategy_refusal(spec, use_gpu)
         if refusal is not None:
             raise SpecError(refusal)

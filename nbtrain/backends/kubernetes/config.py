@@ -2,20 +2,23 @@
 
 A JobSpec field (``--image``, ``--namespace``...) always wins over these. Documented in docs/kubernetes.md:
 
-==========================  ============================================================================
-NBTRAIN_K8S_IMAGE           image when ``--image`` is not given (Python + torch + accelerate; no nbtrain)
-NBTRAIN_K8S_NAMESPACE       namespace when ``--namespace`` is not given (else the kubeconfig context's)
-NBTRAIN_K8S_CONTEXT         kubeconfig context (else the current one; ``KUBECONFIG`` picks the file)
-NBTRAIN_K8S_DEVICE          what ``--device auto`` means on the cluster: ``gpu`` (default: GPUs when
-                            ``--gpus`` > 0) or ``cpu`` (CPU-only clusters: ``--gpus`` = processes per pod)
-NBTRAIN_K8S_PYTHON          the image's Python interpreter (default ``python``)
-NBTRAIN_K8S_PORT            rendezvous port on rank 0's pod (default 29500)
-NBTRAIN_K8S_TTL             seconds a finished Job (and its pods' logs) is kept (default 604800: 7 days)
-NBTRAIN_K8S_RUN_AS_USER     uid (and gid, fsGroup) of the pods' processes (default 1000; non-root is required), or
-                            ``auto``: no ids in the manifests, the platform assigns them (OpenShift's
-                            ``restricted-v2`` SCC refuses pods that ask for ids outside the namespace's range)
-NBTRAIN_K8S_LOG_STREAMS     most pod logs followed at once (default 8; rank 0 and failing pods first)
-==========================  ============================================================================
+============================  ============================================================================
+NBTRAIN_K8S_IMAGE             image when ``--image`` is not given (Python + torch + accelerate; no nbtrain)
+NBTRAIN_K8S_NAMESPACE         namespace when ``--namespace`` is not given (else the kubeconfig context's)
+NBTRAIN_K8S_CONTEXT           kubeconfig context (else the current one; ``KUBECONFIG`` picks the file)
+NBTRAIN_K8S_DEVICE            what ``--device auto`` means on the cluster: ``gpu`` (default: GPUs when
+                              ``--gpus`` > 0) or ``cpu`` (CPU-only clusters: ``--gpus`` = processes per pod)
+NBTRAIN_K8S_PYTHON            the image's Python interpreter (default ``python``)
+NBTRAIN_K8S_PORT              rendezvous port on rank 0's pod (default 29500)
+NBTRAIN_K8S_TTL               seconds a finished Job (and its pods' logs) is kept (default 604800: 7 days)
+NBTRAIN_K8S_RUN_AS_USER       uid (and gid, fsGroup) of the pods' processes (default 1000; non-root is required), or
+                              ``auto``: no ids in the manifests, the platform assigns them (OpenShift's
+                              ``restricted-v2`` SCC refuses pods that ask for ids outside the namespace's range)
+NBTRAIN_K8S_LOG_STREAMS       most pod logs followed at once (default 8; rank 0 and failing pods first)
+NBTRAIN_K8S_TRAINJOB_RUNTIME  the Kubeflow Trainer v2 runtime ``--flavor trainjob`` runs on: ``NAME`` (a
+                              ClusterTrainingRuntime; default ``torch-distributed``, the one Trainer installs) or
+                              ``TrainingRuntime/NAME`` (one in the run's namespace)
+============================  ============================================================================
 """
 
 from __future__ import annotations
@@ -74,6 +77,7 @@ class KubeOptions:
     run_as_user: int | None = 1000  # None: NBTRAIN_K8S_RUN_AS_USER=auto, the pods carry no ids (runAsNonRoot stays)
     log_streams: int = 8
     kubeconfig: str | None = None
+    trainjob_runtime: str = "torch-distributed"  # checked where it is used (.trainjob.runtime_ref)
 
     def __post_init__(self) -> None:
         if self.device not in ("gpu", "cpu"):
@@ -97,4 +101,5 @@ class KubeOptions:
             run_as_user=_run_as_user(env),
             log_streams=_int(env, "NBTRAIN_K8S_LOG_STREAMS", 8, 1, 256),
             kubeconfig=env.get("KUBECONFIG") or None,
+            trainjob_runtime=(env.get("NBTRAIN_K8S_TRAINJOB_RUNTIME") or "torch-distributed").strip(),
         )

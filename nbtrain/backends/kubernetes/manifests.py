@@ -1,6 +1,6 @@
 """What a run creates on the cluster, per flavor, as plain API objects (pure; no I/O, no client import).
 
-``build_objects`` returns the objects in creation order: the workload (Job, PyTorchJob or JobSet)
+``build_objects`` returns the objects in creation order: the workload (Job, PyTorchJob, JobSet or TrainJob)
 first, then what it owns (the event-key Secret, the ConfigMap, and the headless Service for the Job
 flavor). Owned objects get their ``ownerReferences`` at submit time, from the workload's uid
 (:func:`owned_by`), so deleting the workload garbage-collects them. Field names are the API's;
@@ -20,6 +20,8 @@ replacement pod could not rejoin a static rendezvous anyway.
 PyTorchJob flavor: ``cleanPodPolicy: Running``, so the operator deletes what still runs of a finished gang and keeps
 the finished pods (and their logs) until the TTL. JobSet flavor (JobSet >= 0.6): ``maxRestarts: 0`` and one
 failure-policy rule, :data:`JOBSET_DEADLINE_RULE`, so that a run past ``--timeout`` is told apart from other failures.
+TrainJob flavor (Kubeflow Trainer v2): the pod spread over the TrainJob's trainer fields and one runtime patch
+(:mod:`.trainjob`); the Job's failure policy and TTL are its runtime's.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ import yaml
 
 from nbtrain.backends.accelerate_config import CONFIG_NAME
 from nbtrain.backends.kubernetes import names as nm
+from nbtrain.backends.kubernetes import trainjob as tj
 from nbtrain.backends.kubernetes.pod import EVENT_KEY_FIELD, PodInputs, container_name, pod_template
 from nbtrain.events import encode_event_key
 from nbtrain.spec import JobSpec
@@ -73,6 +76,11 @@ WORKLOAD_KINDS: Mapping[str, Workload] = {
     "jobset": Workload(
         "jobset.x-k8s.io/v1alpha2", "JobSet", "jobsets", "jobset.x-k8s.io", "jobsets.jobset.x-k8s.io",
         "JobSet (https://jobset.sigs.k8s.io/docs/installation/)",
+    ),
+    "trainjob": Workload(
+        "trainer.kubeflow.org/v1alpha1", "TrainJob", "trainjobs", "trainer.kubeflow.org", "trainjobs.trainer.kubeflow.org",
+        "Kubeflow Trainer v2 and a torch runtime (https://www.kubeflow.org/docs/components/trainer/operator-guides/"
+        "installation/)",
     ),
 }
 
@@ -183,6 +191,14 @@ def build_objects(
             "metadata": _metadata(names.base, namespace, workload_labels, annotations),
             "spec": {"nprocPerNode": str(spec.procs), "runPolicy": run_policy, "pytorchReplicaSpecs": replicas},
         }
+        return [workload, secret, configmap]
+
+    if spec.flavor == "trainjob":  # Trainer v2 makes the JobSet from its runtime: see .trainjob
+        runtime = tj.runtime_ref(inputs.options.trainjob_runtime)
+        workload = tj.train_job(spec, pod_template(spec, inputs, subdomain=None),
+                                metadata=_metadata(names.base, namespace, workload_labels, annotations), runtime=runtime,
+                                container_name=container_name("trainjob"), labels=labels, annotations=annotations,
+                                suspend=suspend)
         return [workload, secret, configmap]
 
     if spec.flavor == "jobset":

@@ -6,6 +6,9 @@ RFC 1035). The longest name a flavor derives is a pod hostname:
 
 - Indexed Job:  ``<job>-<index>``                   (hostname of each pod; ``<job>-0.<service>`` is rank 0)
 - JobSet:       ``<jobset>-<replicatedJob>-<jobIndex>-<podIndex>``
+- TrainJob:     ``<trainjob>-node-0-<podIndex>`` (Trainer v2 makes a JobSet named after the TrainJob, whose replicated
+                Job ``node`` runs the trainer; rank 0 is ``<trainjob>-node-0-0.<trainjob>``, Trainer's own
+                ``PET_MASTER_ADDR``)
 - PyTorchJob:   ``<name>-worker-<index>`` / ``<name>-master-0``
 
 so the base name is shortened (with a stable hash suffix) until the longest hostname fits.
@@ -34,7 +37,7 @@ LABEL_ATTEMPT = "nbtrain.dev/attempt"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 ANNOTATION_RUN_ID = "nbtrain.dev/run-id"
 ANNOTATION_DIGEST = "nbtrain.dev/bundle-digest"
-JOBSET_REPLICATED_JOB = "node"
+JOBSET_REPLICATED_JOB = "node"  # nbtrain's JobSets, and Trainer v2's trainer Job (its constants.Node)
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
@@ -65,7 +68,7 @@ def dns_label(text: str, max_len: int = MAX_DNS_LABEL) -> str:
 class ObjectNames:
     """Names of everything one attempt creates, and the rendezvous address of rank 0's pod."""
 
-    base: str  # the Job / PyTorchJob / JobSet
+    base: str  # the Job / PyTorchJob / JobSet / TrainJob
     service: str  # headless Service (Job flavor; operators make their own)
     configmap: str
     main_address: str  # DNS name of node 0's pod, or an env reference the operator fills
@@ -78,7 +81,7 @@ class ObjectNames:
 
 
 def _hostnames(flavor: str, base: str, nodes: int) -> tuple[str, ...]:
-    if flavor == "jobset":
+    if flavor in ("jobset", "trainjob"):
         return tuple(f"{base}-{JOBSET_REPLICATED_JOB}-0-{i}" for i in range(nodes))
     if flavor == "pytorchjob":
         return (f"{base}-master-0", *(f"{base}-worker-{i}" for i in range(nodes - 1)))
@@ -91,7 +94,7 @@ def object_names(run_id: str, *, flavor: str, nodes: int, attempt: int = 0) -> O
     longest_suffix = max(len(h) for h in _hostnames(flavor, "", nodes))
     base = dns_label(wanted, MAX_DNS_LABEL - longest_suffix)
     hosts = _hostnames(flavor, base, nodes)
-    if flavor == "jobset":
+    if flavor in ("jobset", "trainjob"):  # JobSet's headless Service is named after the JobSet (= the TrainJob)
         main = f"{hosts[0]}.{base}"
     elif flavor == "pytorchjob":
         main = "$(MASTER_ADDR)"  # set by the training operator to the master's service

@@ -54,6 +54,7 @@ __all__ = ["CHECKPOINTS_ON_VOLUME", "CONTAINER", "EVENT_KEY_FIELD", "PREFLIGHT_M
 
 CONTAINER = "trainer"
 PYTORCHJOB_CONTAINER = "pytorch"  # the training operator requires this name
+TRAINJOB_CONTAINER = "node"  # Kubeflow Trainer v2: the trainer container of a runtime (its constants.Node)
 PYTORCHJOB_PORT_NAME = "pytorchjob-port"
 LINE_PREFIX = "[rank${rank}]:"
 TEE_LOG_DIR = "/tmp/nbtrain-elastic"
@@ -70,7 +71,7 @@ def preflight_files() -> dict[str, bytes]:
 
 def container_name(flavor: str) -> str:
     """The trainer container's name for ``flavor``."""
-    return PYTORCHJOB_CONTAINER if flavor == "pytorchjob" else CONTAINER
+    return {"pytorchjob": PYTORCHJOB_CONTAINER, "trainjob": TRAINJOB_CONTAINER}.get(flavor, CONTAINER)
 
 
 def _escape(value: str) -> str:
@@ -114,8 +115,11 @@ def preflight_argv(spec: JobSpec, inputs: PodInputs) -> list[str]:
     then execs the launcher given as the container's ``args``."""
     need = ["accelerate", "torch"] + (["cloudpickle"] if "bundle/objects.pkl" in inputs.payload.sizes else [])
     need += strategy_packages(spec)
+    # a TrainJob cannot set the container's workingDir (the runtime's template has the container): the preflight
+    # changes to the writable /tmp before it execs the launcher, as workingDir does for the other flavors
+    cwd = ["--cwd", "/tmp"] if inputs.flavor == "trainjob" else []
     return [inputs.options.python, "-m", PREFLIGHT_MODULE, "--image", _escape(inputs.image), "--need", ",".join(need),
-            "--"]
+            *cwd, "--"]
 
 
 def checkpoint_root(spec: JobSpec, run_id: str) -> str | None:

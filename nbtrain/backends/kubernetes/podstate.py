@@ -71,6 +71,10 @@ class OwnerState:
 #   JobSet with reason FailJobSetFailurePolicyAction (kubernetes-sigs/jobset pkg/constants/constants.go,
 #   FailJobSetActionReason; pkg/controllers/failure_policy.go, failJobSetActionApplier). That reason means the
 #   deadline only when the JobSet's FailJobSet rules all match DeadlineExceeded alone, which is checked on its spec.
+# - TrainJob (Kubeflow Trainer v2): Trainer's controller enforces spec.activeDeadlineSeconds itself: a Failed condition
+#   with reason DeadlineExceeded (TrainJobDeadlineExceededReason) and the message "TrainJob exceeded its active
+#   deadline", and it deletes the JobSet (kubeflow/trainer pkg/controller/trainjob_controller.go, reconcileDeadline).
+#   Its other endings are its JobSet's Completed/Failed conditions copied as Complete/Failed (jobset plugin, Status).
 JOB_DEADLINE_REASON = "DeadlineExceeded"
 PYTORCHJOB_DEADLINE_MESSAGE = "active longer than specified deadline"
 JOBSET_FAIL_RULE_REASON = "FailJobSetFailurePolicyAction"
@@ -97,7 +101,7 @@ def _true_conditions(obj: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
 
 
 def owner_state(obj: Mapping[str, Any] | None, flavor: str) -> OwnerState:
-    """Interpret a Job / PyTorchJob / JobSet (None: it does not exist)."""
+    """Interpret a Job / PyTorchJob / JobSet / TrainJob (None: it does not exist)."""
     if obj is None:
         return OwnerState(exists=False)
     spec = obj.get("spec") or {}
@@ -111,6 +115,9 @@ def owner_state(obj: Mapping[str, Any] | None, flavor: str) -> OwnerState:
     elif flavor == "jobset":
         suspended = bool(spec.get("suspend")) or "Suspended" in conditions
         success, failure = ("Completed",), ("Failed",)
+    elif flavor == "trainjob":
+        suspended = bool(spec.get("suspend")) or "Suspended" in conditions
+        success, failure = ("Complete",), ("Failed",)
     else:
         suspended = bool(spec.get("suspend")) or "Suspended" in conditions
         success, failure = ("Complete", "SuccessCriteriaMet"), ("Failed", "FailureTarget")

@@ -1,7 +1,9 @@
 """The first thing a pod runs: check that the image has the Python packages the runtime needs, then exec the launcher.
 
 Shipped in the ConfigMap as ``nbtrain_preflight.py`` next to the runtime (on ``PYTHONPATH``) and run as
-``python -m nbtrain_preflight --image IMAGE --need accelerate,torch -- <launcher argv>``. Standard library only:
+``python -m nbtrain_preflight --image IMAGE --need accelerate,torch [--cwd DIR] -- <launcher argv>``
+(``--cwd``: the launcher's working directory, for pods whose template cannot set ``workingDir``: a TrainJob's).
+Standard library only:
 it runs before anything else is known to import. A stock image (``python:3.11``, ``pytorch/pytorch``) lacks
 Accelerate; without this check every pod exits 1 with a traceback from ``python -m accelerate.commands.launch``
 that no rank printed. With it the pod log says, in one line that starts with :data:`MARKER`, which packages
@@ -44,7 +46,8 @@ def message(lacking: list[str], image: str) -> str:
 
 
 def main(argv: list[str]) -> int:
-    """Parse ``--image I --need a,b -- launcher...``; print and return :data:`EXIT_MISSING`, or exec the launcher."""
+    """Parse ``--image I --need a,b [--cwd DIR] -- launcher...``; print and return :data:`EXIT_MISSING`, or exec the
+    launcher (in ``DIR``)."""
     if "--" not in argv:
         print(f"{MARKER} usage: --image IMAGE --need PKG[,PKG] -- LAUNCHER...", file=sys.stderr)
         return 2
@@ -56,6 +59,8 @@ def main(argv: list[str]) -> int:
         return EXIT_MISSING
     if not launcher:
         return 0
+    if options.get("--cwd"):
+        os.chdir(options["--cwd"])
     sys.stdout.flush()
     os.execvp(launcher[0], launcher)
     return 0  # not reached: exec replaced this process

@@ -311,6 +311,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._log(namespace, str(name), query)
         elif verb == "create":
             body = self._body()
+            cluster.validate(plural, namespace, body)  # admission webhooks (Trainer's), dry runs included
             if query.get("dryRun") == "All":
                 self._send(201, body)
                 return

@@ -9,6 +9,7 @@ of objects whose ownerReferences point at a deleted owner. Pods it cannot create
 with ``pod_admission`` set, a stand-in for the training operator records FailedCreatePod on PyTorchJobs.
 PyTorchJobs and JobSets run no pods here; their stand-ins only fail them at their deadline (``runPolicy``'s, the
 replicated Job's ``activeDeadlineSeconds``) with the conditions the real controllers write (:meth:`_owner_deadline`).
+TrainJobs run: Kubeflow Trainer's stand-in (fake_trainer.py) makes their Job from the runtime a test gives it.
 
 Kueue, once :meth:`FakeCluster.add_local_queue` installed it: a Workload for each queued (labelled, suspended) Job, as
 Kueue's job framework makes it (named ``job-<name>-<hash>``, labelled ``kueue.x-k8s.io/job-uid``, owned by the Job),
@@ -49,6 +50,8 @@ from pathlib import Path
 from typing import Any
 
 from fake_apiserver import ApiError, FakeApiServer, Store, now_rfc3339
+from fake_trainer import RESOURCE as TRAINJOBS
+from fake_trainer import FakeTrainer
 
 POD_MARKER = "FAKE_POD_UID"
 NAMESPACE = "nbtrain-test"  # the namespace of the test kubeconfig's context
@@ -175,6 +178,7 @@ class FakeCluster:
         self.job_times: dict[str, dict[str, float]] = {}
         self.counted: set[str] = set()
         self.server = FakeApiServer(self)
+        self.trainer = FakeTrainer(self)  # Kubeflow Trainer v2 (TrainJobs): fake_trainer.py
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._lock = threading.RLock()
@@ -289,6 +293,11 @@ class FakeCluster:
         return [copy.deepcopy(p) for p in self.store.items("pods", namespace)]
 
     # -- API hooks ------------------------------------------------------------------------------
+    def validate(self, resource: str, namespace: str, obj: dict[str, Any]) -> None:
+        """The admission webhooks: raise the ApiError a webhook answers for ``obj`` (Trainer's, for TrainJobs)."""
+        if resource == TRAINJOBS:
+            self.trainer.validate(namespace, obj)
+
     def created(self, resource: str, namespace: str, obj: dict[str, Any]) -> None:
         self._wake.set()
 
@@ -369,6 +378,7 @@ class FakeCluster:
                 for resource in ("pytorchjobs.kubeflow.org", "jobsets.jobset.x-k8s.io"):
                     for obj in [copy.deepcopy(o) for o in self.store.items(resource)]:
                         self._owner_deadline(resource, obj)
+                self.trainer.reconcile()
 
     def _kueue(self, job: dict[str, Any]) -> None:
         """Kueue's job framework, as far as the fake plays it: a queued Job gets its Workload (pending)."""

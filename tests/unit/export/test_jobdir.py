@@ -150,10 +150,10 @@ def test_k8s_manifests_of_every_flavor(notebook_file: Callable[..., Path], tmp_p
     path = notebook_file("%%distributed --name k8s-demo\nx = 1")
     result = export_notebook(path, tmp_path / "job")
     k8s = tmp_path / "job" / "k8s"
-    assert sorted(p.name for p in k8s.iterdir()) == ["README.md", "job.yaml", "jobset.yaml"]
+    assert sorted(p.name for p in k8s.iterdir()) == ["README.md", "job.yaml", "jobset.yaml", "trainjob.yaml"]
     assert "kind: jobset" in (k8s / "jobset.yaml").read_text()
     assert "pytorchjob: the PyTorchJob CRD is not installed" in (k8s / "README.md").read_text()
-    assert result.job.k8s == ("k8s/job.yaml", "k8s/jobset.yaml")
+    assert result.job.k8s == ("k8s/job.yaml", "k8s/jobset.yaml", "k8s/trainjob.yaml")
     job = load_job(tmp_path / "job")
     assert "name: k8s-demo" in manifest_yaml(job.spec, job.bundle, "job")
 
