@@ -185,6 +185,8 @@ class RunView:
     attempts: dict[int, dict[str, Any]] = field(default_factory=dict)
     checkpoints: list[dict[str, Any]] = field(default_factory=list)
     metric_points: int = METRIC_POINTS
+    #: ``init_trackers(config=...)`` as rank 0 reported it (flattened names, values as text; unmasked: mask to show)
+    params: dict[str, str] = field(default_factory=dict)
 
     def apply(self, event: Event) -> bool:
         """Fold one event in; False when it was already applied (duplicate).
@@ -234,6 +236,9 @@ class RunView:
                     self.ranks.setdefault(int(rank), RankInfo(int(rank)))
                 for info in self.ranks.values():
                     info.stalled = info.rank in data["stalled"]
+        elif kind is EventKind.PARAMS:
+            if event.rank == 0 and isinstance(data.get("values"), dict):
+                self.params.update({str(k): str(v) for k, v in data["values"].items()})
         elif event.rank is not None:
             info = self.ranks.setdefault(event.rank, RankInfo(event.rank))
             info.last_seen = event.time

@@ -24,12 +24,14 @@ from nbtrain.errors import NbtrainError, RunFailedError
 from nbtrain.events import Event
 from nbtrain.model import Batch, Failure, LogPage, RunSnapshot, RunState, RunStatus, WarmFacts
 from nbtrain.reader import RunFacts
-from nbtrain.secrets import redact_url
+from nbtrain.secrets import mask, redact_url
 from nbtrain.spec import JobSpec, tracking_default
 from nbtrain.store import RunRecord, Store
 from nbtrain.view import MetricSeries, RankInfo, RunView, metric_history
 
 __all__ = ["Run"]
+
+PARAMS_SHOWN = 12  # init_trackers config entries run.summary() lists
 
 
 class Run:
@@ -520,6 +522,10 @@ class Run:
         last = view.last_metrics(0)
         if last:
             lines.append("  last metrics (rank 0): " + ", ".join(f"{k}={v:.6g}" for k, v in last.items()))
+        if view.params:  # init_trackers(config=...): what MLflow gets as params, secret-looking values masked
+            shown = [f"{k}={mask(k, v)}" for k, v in list(view.params.items())[:PARAMS_SHOWN]]
+            more = f" (+{len(view.params) - PARAMS_SHOWN} more)" if len(view.params) > PARAMS_SHOWN else ""
+            lines.append("  config (init_trackers): " + ", ".join(shown) + more)
         for notice in view.notices:
             lines.append(f"  note: {notice}")
         if len(view.attempts) > 1:

@@ -47,6 +47,9 @@ def test_init_trackers_config_becomes_params_and_no_second_mlflow_run(sqlite_tra
     runs = [r for e in client.search_experiments() for r in client.search_runs([e.experiment_id])]
     assert [r.info.run_id for r in runs] == [mlflow_run.info.run_id]
     assert any("Accelerate's own MLflow tracker is not started" in n for n in run.snapshot().notices)
+    summary = run.summary()  # the config is shown in the notebook too, secret-looking values masked
+    assert "config (init_trackers): lr=0.1, optim.name=adam, API_KEY=" in summary
+    assert "sk_live_4eC39HqLyjWDarjtT1zdp7dc" not in summary
 
 
 def test_with_no_tracking_the_users_own_mlflow_tracker_is_left_alone(sqlite_tracking: str, shell: Any, run_cell: Any,
