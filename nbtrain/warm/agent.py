@@ -301,12 +301,14 @@ class Agent:
     @staticmethod
     def _become_rank(env: dict[str, str], cwd: str, bundle_dir: str) -> None:
         """In a forked child: the fresh-process state a cold rank starts from, then the cold rank's worker."""
+        inherited = _pythonpath(os.environ.get("PYTHONPATH", ""), os.getcwd())  # the agent's, as it resolved them
         os.environ.clear()
         os.environ.update(env)
         os.chdir(cwd)
-        sys.path[0] = cwd  # as `python -m` sets it
+        sys.path[:] = _rank_sys_path(sys.path, inherited, _pythonpath(env.get("PYTHONPATH", ""), cwd), cwd)
         sys.argv = ["-m", bundle_dir]
         random.seed()  # a new process seeds from the OS; a fork would share the agent's state
+        _fresh_signals()
         from nbtrain.runtime import worker
 
         worker.main([bundle_dir])  # ends the process (os._exit)
@@ -374,6 +376,31 @@ class Agent:
         gen.ended = True
         self.idle_since = time.time()
         return killed
+
+
+def _pythonpath(value: str, cwd: str) -> list[str]:
+    """The ``sys.path`` entries a fresh interpreter started in ``cwd`` makes of ``PYTHONPATH=value`` (absolute)."""
+    return list(dict.fromkeys(os.path.normpath(os.path.join(cwd, p)) for p in value.split(os.pathsep) if p))
+
+
+def _rank_sys_path(path: list[str], inherited: list[str], wanted: list[str], cwd: str) -> list[str]:
+    """``sys.path`` as ``python -m`` in ``cwd`` with the rank's ``PYTHONPATH`` (``wanted``) would start it: the
+    agent's own ``PYTHONPATH`` entries (``inherited``, right after ``path[0]``) replaced (``--env PYTHONPATH``)."""
+    rest = path[1:]
+    if rest[:len(inherited)] == inherited:
+        rest = rest[len(inherited):]
+    return list(dict.fromkeys([cwd, *wanted, *rest]))
+
+
+def _fresh_signals() -> None:
+    """The signal dispositions a fresh interpreter starts with (a cold rank's): Ctrl-C raises KeyboardInterrupt,
+    SIGPIPE and SIGXFSZ are ignored (errors instead of death), everything else is the default."""
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2,
+                signal.SIGALRM):
+        signal.signal(sig, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 
 
 def _preload() -> None:

@@ -359,6 +359,38 @@ def test_ctrl_c_while_waiting_for_a_cold_run_cancels_it(warm_home: Path) -> None
     assert run.status() is RunState.CANCELLED
 
 
+PROBE = textwrap.dedent("""
+    import json, os, signal, sys
+    import extra_mod
+    from accelerate import Accelerator
+    Accelerator()
+    names = ["SIGINT", "SIGTERM", "SIGPIPE", "SIGHUP", "SIGCHLD", "SIGQUIT", "SIGUSR1", "SIGXFSZ", "SIGALRM"]
+    print("PROBE", json.dumps({
+        "signals": {name: repr(signal.getsignal(getattr(signal, name))) for name in names},
+        "path": sys.path, "pythonpath": os.environ.get("PYTHONPATH"), "extra": extra_mod.__file__}), flush=True)
+""")
+
+
+def _probe(run) -> dict:  # type: ignore[no-untyped-def,type-arg]
+    assert _finish(run) is RunState.SUCCEEDED, run.failure
+    line = next(x for x in run.logs(0).splitlines() if x.startswith("PROBE "))
+    return json.loads(line[len("PROBE "):])  # type: ignore[no-any-return]
+
+
+def test_a_warm_rank_has_the_pythonpath_and_signal_dispositions_of_a_cold_one(warm_home: Path, tmp_path: Path,
+                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    extra = tmp_path / "extra"
+    extra.mkdir()
+    (extra / "extra_mod.py").write_text("VALUE = 1\n")
+    monkeypatch.chdir(tmp_path)
+    env = {"PYTHONPATH": str(extra)}
+    cold, warm = _probe(_run(warm_home, PROBE, warm=False, env=env)), _probe(_run(warm_home, PROBE, env=env))
+    assert warm["signals"] == cold["signals"], (warm["signals"], cold["signals"])
+    assert warm["pythonpath"] == cold["pythonpath"] == str(extra)
+    assert warm["extra"] == cold["extra"] == str(extra / "extra_mod.py")
+    assert warm["path"] == cold["path"], (warm["path"], cold["path"])
+
+
 def test_a_changed_env_gets_a_gang_of_its_own_and_the_old_idle_one_stops(warm_home: Path) -> None:
     warmup = _run(warm_home, QUICK)  # the module's gang exists and is idle
     assert _finish(warmup) is RunState.SUCCEEDED, warmup.failure
