@@ -36,17 +36,21 @@ END_GRACE_S = 3.0
 #: the killed ranks are then collateral, and the first real failure is named).
 FAILURE_SETTLE_S = 1.0
 #: A Stop first asks the ranks to stop at their next step boundary (:mod:`nbtrain.runtime.stopping`) and waits this
-#: long before it kills them (``NBTRAIN_STOP_GRACE_S`` in the kernel's environment; 0: kill at once).
+#: long before it kills them (``NBTRAIN_STOP_GRACE_S`` in the kernel's environment; 0: kill at once). At most
+#: STOP_GRACE_MAX_S: the local backend's cancel waits 15 s for the verdict before it ends the run's processes itself.
 ENV_STOP_GRACE_S = "NBTRAIN_STOP_GRACE_S"
 STOP_GRACE_S = 5.0
+STOP_GRACE_MAX_S = 10.0
 
 
 def stop_grace_s() -> float:
-    """The cooperative Stop's grace period (seconds) from :data:`ENV_STOP_GRACE_S`; the default when unset/bad."""
+    """The cooperative Stop's grace period (seconds) from :data:`ENV_STOP_GRACE_S`, within 0 and
+    :data:`STOP_GRACE_MAX_S`; the default when unset or not a number."""
     try:
-        return max(0.0, min(300.0, float(os.environ.get(ENV_STOP_GRACE_S, STOP_GRACE_S))))
+        value = float(os.environ.get(ENV_STOP_GRACE_S, STOP_GRACE_S))
     except ValueError:
         return STOP_GRACE_S
+    return max(0.0, min(STOP_GRACE_MAX_S, value)) if value == value else STOP_GRACE_S  # NaN: the default
 
 
 class _Node:

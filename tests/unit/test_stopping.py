@@ -44,3 +44,16 @@ def test_the_first_proposal_wins(store) -> None:  # type: ignore[no-untyped-def]
 def test_a_cold_rank_never_looks(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(stopping.ENV_COOPERATIVE_STOP, raising=False)
     stopping.at_step(10**6)
+
+
+@pytest.mark.parametrize(("value", "grace"), [(None, 5.0), ("2.5", 2.5), ("0", 0.0), ("-3", 0.0), ("99", 10.0),
+                                              ("inf", 10.0), ("nan", 5.0), ("soon", 5.0)])
+def test_the_stop_grace_is_read_from_the_environment_within_bounds(monkeypatch: pytest.MonkeyPatch, value: str | None,
+                                                                   grace: float) -> None:
+    from nbtrain.warm.supervisor import ENV_STOP_GRACE_S, stop_grace_s
+
+    if value is None:
+        monkeypatch.delenv(ENV_STOP_GRACE_S, raising=False)
+    else:
+        monkeypatch.setenv(ENV_STOP_GRACE_S, value)
+    assert stop_grace_s() == grace
