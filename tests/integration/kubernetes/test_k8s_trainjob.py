@@ -143,3 +143,22 @@ def test_a_cluster_without_trainer_or_its_runtime_is_refused_with_the_fix(cluste
     assert re.search(r'clustertrainingruntimes.trainer.kubeflow.org "torch-distributed" not found', str(caught.value)), \
         str(caught.value)
     assert cluster.store.items(TRAINJOBS, NAMESPACE) == [] and cluster.store.items("secrets", NAMESPACE) == []
+
+
+def test_cancel_deletes_the_trainjob_and_every_pod_goes(cluster: FakeCluster, k8s_backend: Any, survivors: Any) -> None:
+    cluster.trainer.add_runtime(STOCK)
+    code = "import time\nfor i in range(600):\n    print(f'tick {i}', flush=True)\n    time.sleep(0.1)\n"
+    run = submit_bundle(capture_cell(code, {"__name__": "__main__"}),
+                        JobSpec(name="tj-long", nodes=2, backend="kubernetes", device="cpu", flavor="trainjob"),
+                        store=k8s_backend.store, backend=k8s_backend)
+    deadline = time.monotonic() + 60
+    while "tick 3" not in run.logs(0) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert run.status() is RunState.RUNNING
+    run.cancel()
+    assert run.status() is RunState.CANCELLED
+    name = run.backend._target(run.handle).name
+    assert (TRAINJOBS, name, "Foreground") in cluster.server.deletes
+    assert cluster.store.items("pods", NAMESPACE) == [] and cluster.store.items(TRAINJOBS, NAMESPACE) == []
+    assert cluster.store.items("configmaps", NAMESPACE) == [] and cluster.store.items("secrets", NAMESPACE) == []
+    assert survivors() == []
