@@ -23,6 +23,7 @@ from nbtrain.errors import CaptureError
 from .analysis import analyze
 from .cellbody import RESULT_NAME, parse_source, prepare_cell_body, remove_lines, require_code
 from .literals import literal_source
+from .localmods import MODULES_DIR, local_module_files
 from .manifest import build_manifest, nbtrain_version
 from .model import Bundle, CapturedName, CaptureKind, CaptureOptions
 from .order import OBJECTS, order_nodes
@@ -296,6 +297,11 @@ def _assemble(
     if attached:
         listing = "".join(f"#   {comment_text(rel)} ({len(data)} bytes)\n" for rel, data in attached.items())
         sections.append(Section("attached files (next to this file)", listing))
+    # local modules (next to the notebook, not installed) that the imports and pickled objects come from
+    local = local_module_files([e.value for e in imports] + [e.value for e in pickles])
+    if local:
+        listing = "".join(f"#   {comment_text(rel)} ({len(data)} bytes)\n" for rel, data in local.items())
+        sections.append(Section(f"local modules (in {MODULES_DIR}/, on sys.path when this runs)", listing))
     main = render_main(
         intro=_intro(kind, function, notebook, captured),
         future=future,
@@ -307,6 +313,7 @@ def _assemble(
     if pickled is not None:
         files["objects.pkl"] = pickled.data
     files.update(attached)
+    files.update(local)
 
     if not options.allow_secrets:
         carriers = [(e.name, e.text) for e in [*imports, *literals, *sources, *extra] if e.text]

@@ -164,6 +164,9 @@ def run_bundle(bundle_dir: Path, ctx: context.WorkerContext) -> tuple[bool, Any]
     sys.argv = [main_path]
     if str(bundle_dir) not in sys.path:
         sys.path.insert(0, str(bundle_dir))
+    modules = bundle_dir / "modules"  # local modules the cell imports, shipped with it (nbtrain.bundle.localmods)
+    if modules.is_dir() and str(modules) not in sys.path:
+        sys.path.insert(1, str(modules))
     source = Path(main_path).read_text(encoding="utf-8")
     try:
         exec(compile(source, main_path, "exec"), module.__dict__)

@@ -134,7 +134,7 @@ class KubernetesBackend(StoreBackedBackend):
         config_text = render(config)
         # the generated Accelerate config travels with the runtime: no config in the image changes the run
         payload = build_payload(bundle_dir, {**runtime_files(), **preflight_files(),
-                                             CONFIG_NAME: config_text.encode("utf-8")})
+                                             CONFIG_NAME: config_text.encode("utf-8")}, configmap=names.configmap)
         secret = mf.event_key_secret_name(names.base)
         inputs = PodInputs(
             run_id=run_id, attempt=attempt, image=image, use_gpu=use_gpu, flavor=spec.flavor,
@@ -144,6 +144,9 @@ class KubernetesBackend(StoreBackedBackend):
             override=read_pod_template(spec.pod_template) if spec.pod_template else None,
         )
         objects = mf.build_objects(spec, names=names, namespace=namespace, inputs=inputs, bundle_digest=bundle_digest)
+        if payload.parts:  # a bundle too big for one ConfigMap: its parts, owned by the workload like the first
+            first = next(o for o in objects if o["kind"] == "ConfigMap")
+            objects += payload.part_configmaps(first)
         workload = mf.WORKLOAD_KINDS[spec.flavor]
         collectives = "NCCL" if spec.gpu_resource == "nvidia.com/gpu" else "the device's torch.distributed backend"
         device = (f"GPU: {spec.gpu_resource} {spec.procs} per pod ({collectives})" if use_gpu else "CPU (gloo)")
@@ -152,7 +155,11 @@ class KubernetesBackend(StoreBackedBackend):
             f"workload:  {workload.kind} {names.base} ({spec.flavor}); image {image}",
             f"device:    {device}",
             f"rendezvous: {names.main_address}:{options.port}",
-            f"bundle:    ConfigMap {names.configmap}, {payload.size / 1024:.0f} KiB (bundle + nbtrain runtime)",
+            f"bundle:    ConfigMap {names.configmap}, {payload.size / 1024:.0f} KiB (bundle + nbtrain runtime)" if not
+            payload.parts else (f"bundle:    {len(payload.parts)} part ConfigMaps {payload.part_name(0)}.. "
+                                f"({sum(map(len, payload.parts)) / 2**20:.1f} MiB .tar.gz, sha256 "
+                                f"{payload.archive_sha256[:12]}…, checked and unpacked by each pod's preflight) and "
+                                f"ConfigMap {names.configmap}, {payload.size / 1024:.0f} KiB (nbtrain runtime)"),
             f"events:    pod stdout lines tagged with a per-attempt key, made at submit, in Secret {secret}",
             *([f"volumes:   {', '.join(spec.volumes)}; checkpoints in {checkpoint_root(spec, run_id)}"
                + (f"; up to {spec.max_restarts} automatic restart(s), each a new {workload.kind}"

@@ -579,6 +579,8 @@ class Mirror:
             node_tails[node] = tail_lines(self.files.logs_dir / f"node-{node}.log", 400)
             elastic.update(triage.parse_elastic_failures("\n".join(node_tails[node])))
         if not self.rank_errors:  # the image lacks what the runtime needs: the preflight said what, in the pod log
+            if self.t.world == 1:  # a gang of one: the pod's lines are rank 0's (see _copy)
+                node_tails[0] = node_tails[0] or tail_lines(self.files.logs_dir / "rank-0.log", 400)
             for node, lines in sorted(node_tails.items()):
                 said = next((line for line in lines if line.startswith(PREFLIGHT_MARKER)), None)
                 if said is not None:

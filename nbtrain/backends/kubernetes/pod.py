@@ -42,7 +42,7 @@ from nbtrain.backends.extras import strategy_packages
 from nbtrain.backends.kubernetes import names as nm
 from nbtrain.backends.kubernetes.config import KubeOptions
 from nbtrain.backends.kubernetes.override import PodOverride, apply_override
-from nbtrain.backends.kubernetes.payload import BUNDLE_PATH, MOUNT_PATH, RUNTIME_PATH, Payload
+from nbtrain.backends.kubernetes.payload import MOUNT_PATH, RUNTIME_PATH, Payload
 from nbtrain.backends.launch import LaunchTarget, accelerate_argv, device_env
 from nbtrain.runtime import context as rt
 from nbtrain.runtime.checkpoint import ENV_CHECKPOINT_DIR
@@ -104,7 +104,7 @@ def launcher_argv(spec: JobSpec, inputs: PodInputs) -> list[str]:
     return accelerate_argv(
         spec, python=inputs.options.python, use_gpu=inputs.use_gpu, node_rank=node_rank,
         main_address=inputs.main_address, main_port=inputs.options.port,
-        target=LaunchTarget("nbtrain.runtime.worker", (BUNDLE_PATH,)), config_file=inputs.config_file, tee="3",
+        target=LaunchTarget("nbtrain.runtime.worker", (inputs.payload.bundle_path,)), config_file=inputs.config_file, tee="3",
         log_dir=TEE_LOG_DIR,
     )
 
@@ -119,7 +119,7 @@ def preflight_argv(spec: JobSpec, inputs: PodInputs) -> list[str]:
     # changes to the writable /tmp before it execs the launcher, as workingDir does for the other flavors
     cwd = ["--cwd", "/tmp"] if inputs.flavor == "trainjob" else []
     return [inputs.options.python, "-m", PREFLIGHT_MODULE, "--image", _escape(inputs.image), "--need", ",".join(need),
-            *cwd, "--"]
+            *cwd, *inputs.payload.preflight_args(), "--"]
 
 
 def checkpoint_root(spec: JobSpec, run_id: str) -> str | None:
@@ -264,8 +264,7 @@ def pod_template(spec: JobSpec, inputs: PodInputs, *, subdomain: str | None) -> 
         "securityContext": _pod_security(inputs.options.run_as_user),
         "containers": [container],
         "volumes": [
-            {"name": "nbtrain", "configMap": {"name": inputs.configmap, "items": [dict(i) for i in inputs.payload.items],
-                                              "defaultMode": 0o444}},
+            {"name": "nbtrain", **inputs.payload.volume(inputs.configmap)},
             {"name": "dshm", "emptyDir": {"medium": "Memory", **({"sizeLimit": spec.shm_size} if spec.shm_size else {})}},
             {"name": "tmp", "emptyDir": {}},
             *volumes,

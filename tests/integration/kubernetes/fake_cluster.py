@@ -46,6 +46,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -174,6 +175,7 @@ class FakeCluster:
         self.log_keep_lines: int | None = None  # when set, the kubelet serves only the newest lines (rotation)
         self.kueue_pending: str | None = None  # Kueue's QuotaReserved=False message for pending Workloads
         self.kueue_ahead = 0  # pending Workloads of others ahead of the run's in its LocalQueue (visibility API)
+        self.tamper: Callable[[str, dict[str, Any]], None] | None = None  # changes each object as it is created
         self.runtimes: dict[str, PodRuntime] = {}
         self.job_times: dict[str, dict[str, float]] = {}
         self.counted: set[str] = set()
@@ -299,6 +301,11 @@ class FakeCluster:
             self.trainer.validate(namespace, obj)
 
     def created(self, resource: str, namespace: str, obj: dict[str, Any]) -> None:
+        if self.tamper is not None:  # something in the cluster changes the object once it is stored
+            with self.store.lock:
+                stored = self.store.find(resource, namespace, obj["metadata"]["name"])
+                if stored is not None:
+                    self.tamper(resource, stored)
         self._wake.set()
 
     def delete(self, resource: str, namespace: str, name: str, policy: str) -> None:
@@ -661,20 +668,26 @@ class FakeCluster:
             target = root / "volumes" / mount["name"]
             if "persistentVolumeClaim" in volume:
                 target = self.claim_dir(ns, volume["persistentVolumeClaim"]["claimName"])
-            elif "configMap" in volume:
-                configmap = self.store.find("configmaps", ns, volume["configMap"]["name"])
-                if configmap is None:
-                    return None
+            elif "configMap" in volume or "projected" in volume:
+                # a projected volume: every ConfigMap source laid out in the one directory
+                sources = [s["configMap"] for s in volume["projected"]["sources"]] if "projected" in volume \
+                    else [volume["configMap"]]
+                files: dict[str, bytes] = {}
+                for source in sources:
+                    configmap = self.store.find("configmaps", ns, source["name"])
+                    if configmap is None:
+                        return None
+                    data = {k: v.encode() for k, v in (configmap.get("data") or {}).items()}
+                    data.update({k: base64.b64decode(v) for k, v in (configmap.get("binaryData") or {}).items()})
+                    items = source.get("items") or [{"key": k, "path": k} for k in data]
+                    if any(item["key"] not in data for item in items):
+                        return None  # the kubelet retries the mount (FailedMount) until the keys exist
+                    files.update({item["path"]: data[item["key"]] for item in items})
                 target.mkdir(parents=True, exist_ok=True)
-                data = {k: v.encode() for k, v in (configmap.get("data") or {}).items()}
-                data.update({k: base64.b64decode(v) for k, v in (configmap.get("binaryData") or {}).items()})
-                items = volume["configMap"].get("items") or [{"key": k, "path": k} for k in data]
-                if any(item["key"] not in data for item in items):
-                    return None  # the kubelet retries the mount (FailedMount) until the keys exist
-                for item in items:
-                    path = target / item["path"]
+                for rel, content in files.items():
+                    path = target / rel
                     path.parent.mkdir(parents=True, exist_ok=True)
-                    path.write_bytes(data[item["key"]])
+                    path.write_bytes(content)
             else:
                 target.mkdir(parents=True, exist_ok=True)
             mounts[mount["mountPath"]] = str(target)
