@@ -192,3 +192,23 @@ def test_a_rank_failure_in_a_whole_allocation_restarts_in_place(home: Path, slur
     assert run.result(timeout=10) == 7
     assert [(a["attempt"], a["state"]) for a in run.attempts()] == [(0, "failed"), (1, "succeeded")]
     assert _job_id(home, run.id, 1) == _job_id(home, run.id, 0), "a rank failure left its whole allocation"
+
+
+def test_the_time_limit_after_a_checkpoint_continues_in_a_new_allocation(home: Path, slurm_cluster: Cluster) -> None:
+    # Slurm's smallest limit is one minute, enforced about every 30 s; attempt 1 restores step 3 and ends at once
+    run = _submit(home, CHECKPOINT_CELL, time_limit="1")
+    assert run.wait(timeout=240, progress=False) is RunState.SUCCEEDED, (run.status(), run.failure)
+    assert run.result(timeout=10) == 4
+    attempts = run.attempts()
+    assert [(a["attempt"], a["state"]) for a in attempts] == [(0, "failed"), (1, "succeeded")], attempts
+    assert "TIMEOUT" in (attempts[0]["failure"] or {}).get("reason", ""), attempts[0]
+    assert _job_id(home, run.id, 1) != _job_id(home, run.id, 0)
+
+
+def test_the_time_limit_without_a_checkpoint_is_not_restarted(home: Path, slurm_cluster: Cluster) -> None:
+    run = _submit(home, SLEEP_CELL, time_limit="1")
+    assert run.wait(timeout=200, raise_on_failure=False, progress=False) is RunState.FAILED
+    said = run.failure.reason if run.failure else ""
+    assert "TIMEOUT" in said and "saved no checkpoint" in said, said
+    assert [(a["attempt"], a["state"]) for a in run.attempts()] == [(0, "failed")]
+    assert not Store(home).attempt_dir(run.id, 1).exists()
