@@ -293,6 +293,7 @@ def main(argv: list[str] | None = None) -> None:
         node=ctx.node_rank,
         local_rank=ctx.local_rank,
         pid=os.getpid(),
+        process=watchdog.identity(),  # pid:start-time: whoever signals this rank later checks it is still this process
         host=socket.gethostname(),
         world_size=ctx.world_size,
         stacks_signal=progress.dump_on_signal(),  # the supervisor signals only ranks that said they listen

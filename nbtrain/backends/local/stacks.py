@@ -13,6 +13,7 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
+from nbtrain.runtime import watchdog
 from nbtrain.runtime.progress import STACKS_HEADER
 
 __all__ = ["Listener", "collect", "listener", "render", "request_stacks"]
@@ -20,10 +21,13 @@ __all__ = ["Listener", "collect", "listener", "render", "request_stacks"]
 
 @dataclass(frozen=True)
 class Listener:
-    """A rank that dumps its stacks on ``signum``: its PID on this machine."""
+    """A rank that dumps its stacks on ``signum``: its PID on this machine, and ``pid:start-time`` when it said
+    (:func:`nbtrain.runtime.watchdog.identity`), so a PID reused by another process after the rank ended is not
+    signalled (SIGUSR2's default action would end that process)."""
 
     pid: int
     signum: int
+    process: str | None = None
 
 
 def listener(data: dict[str, object]) -> Listener | None:
@@ -32,15 +36,20 @@ def listener(data: dict[str, object]) -> Listener | None:
     pid, signum, host = data.get("pid"), data.get("stacks_signal"), data.get("host")
     if not isinstance(pid, int) or not isinstance(signum, int) or pid <= 0 or host != socket.gethostname():
         return None
-    return Listener(pid, signum)
+    process = data.get("process")
+    return Listener(pid, signum, process if isinstance(process, str) and process.startswith(f"{pid}:") else None)
 
 
 def request_stacks(log: Path, rank: int, who: Listener, why: str) -> bool:
     """Write the dump's header into ``log`` and signal the rank; False when it is gone (nothing is written then)."""
-    try:
-        os.kill(who.pid, 0)
-    except OSError:
-        return False
+    if who.process is not None:
+        if not watchdog.alive(who.process):
+            return False
+    else:
+        try:
+            os.kill(who.pid, 0)
+        except OSError:
+            return False
     with open(log, "a", encoding="utf-8") as handle:
         handle.write(f"{STACKS_HEADER} {rank} ({why}; asked by the supervisor):\n")
     try:

@@ -57,3 +57,21 @@ def test_only_ranks_on_this_host_that_listen_are_signalled(tmp_path: Path) -> No
     who = stacks.listener({"pid": gone.pid, "stacks_signal": 12, "host": here})
     assert who is not None and not stacks.request_stacks(tmp_path / "rank-0.log", 0, who, "stalled")
     assert not (tmp_path / "rank-0.log").exists()
+
+
+def test_a_reused_pid_is_not_signalled(tmp_path: Path) -> None:
+    """The rank said pid:start-time; a live process with that PID but another start time is someone else."""
+    here = socket.gethostname()
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        reused = stacks.listener({"pid": other.pid, "stacks_signal": int(signal.SIGUSR2), "host": here,
+                                  "process": f"{other.pid}:1"})  # the rank that had this PID started at tick 1
+        assert reused is not None and reused.process == f"{other.pid}:1"
+        assert not stacks.request_stacks(tmp_path / "rank-0.log", 0, reused, "stalled")
+        assert other.poll() is None, "SIGUSR2's default action would have ended the unrelated process"
+        assert not (tmp_path / "rank-0.log").exists()
+        foreign = stacks.listener({"pid": other.pid, "stacks_signal": 12, "host": here, "process": "1:5"})
+        assert foreign is not None and foreign.process is None  # another PID's identity is ignored, not trusted
+    finally:
+        other.kill()
+        other.wait()
