@@ -124,7 +124,7 @@ def strategic_merge(base: Any, patch: Any, path: tuple[str, ...] = ()) -> Any:
             return _clean(patch)
         out = copy.deepcopy(base)
         for key, value in patch.items():
-            if key.startswith("$"):
+            if isinstance(key, str) and key.startswith("$"):
                 _directive(key, value, path)
                 continue
             if value is None:
@@ -170,7 +170,7 @@ def _merge_list(base: list[Any], patch: list[Any], key: str, path: tuple[str, ..
 def _clean(value: Any) -> Any:
     """``value`` without directives or nulls (what the API server stores of a new field)."""
     if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items() if not k.startswith("$") and v is not None}
+        return {k: _clean(v) for k, v in value.items() if not str(k).startswith("$") and v is not None}
     if isinstance(value, list):
         return [_clean(v) for v in value]
     return value

@@ -268,3 +268,8 @@ def test_nbtrains_own_init_containers_are_kept() -> None:
     override = PodOverride("pod.yaml", {"spec": {"initContainers": [{"name": "fetch-bundle", "command": ["true"]}]}})
     with pytest.raises(SpecError, match=re.escape("spec.initContainers[name=fetch-bundle]: nbtrain's own init")):
         apply_override(template, override, trainer="trainer", gpu_resource="nvidia.com/gpu")
+
+
+def test_a_key_that_is_no_string_is_refused_by_the_schema(make_plan: MakePlan, tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match=r"spec\[1\]: Keys should be strings \(the Kubernetes API's PodTemplateSpec schema"):
+        make_plan(pod_template=_file(tmp_path, "spec:\n  1: x\n"))
