@@ -437,9 +437,10 @@ class Mirror:
     def _check_events(self, owner: OwnerState, current: list[PodInfo]) -> str:
         """Why pods are missing, when they cannot even be created (quota, Pod Security admission): that only
         shows in Warning Events, recorded by whichever controller creates them (the Job controller on the Job,
-        the training operator on the PyTorchJob, the JobSet's child Jobs). Returns the latest such message ("" when
-        pods are all there). A refusal that retrying cannot fix (anything but an exhausted quota) is kept in
-        ``_create_failed``: the run then fails with the API's reason instead of "starting" until --timeout."""
+        the training operator on the PyTorchJob, the JobSet's child Jobs; Kubeflow Trainer, which retries, on a
+        TrainJob whose JobSet it cannot make). Returns the latest such message ("" when pods are all there). A refusal
+        that retrying cannot fix (anything but an exhausted quota) is kept in ``_create_failed``: the run then fails
+        with the API's reason instead of "starting" until --timeout."""
         now = time.monotonic()
         if owner.suspended or len(current) >= self.t.nodes:
             self._missing_pods = ""
@@ -450,7 +451,7 @@ class Mirror:
         try:
             for event in self.api.warnings_about(self.t.namespace, self.t.name):
                 reason, message = str(event.get("reason", "")), str(event.get("message", ""))
-                if reason not in (*_CREATE_REASONS, "FailedScheduling"):
+                if reason not in (*_CREATE_REASONS, "FailedScheduling", _TRAINER_FAILED):
                     continue
                 self._notice(f"{reason}: {message}".strip())
                 self._missing_pods = message
@@ -711,6 +712,7 @@ class Mirror:
 
 
 _CREATE_REASONS = ("FailedCreate", "FailedCreatePod")
+_TRAINER_FAILED = "TrainJobResourcesCreationFailed"  # Kubeflow Trainer could not apply a TrainJob's JobSet (it retries)
 
 
 def _transient_create_failure(message: str) -> bool:

@@ -19,7 +19,9 @@ Failed (without a JobSet failure policy ``FailedJobs``, "jobset failed due to on
 job: JOB)"; with one, as nbtrain-torch's ``maxRestarts: 0``, ``ReachedMaxRestarts``), as JobSet says them and Trainer
 copies them; past ``activeDeadlineSeconds`` (from the time it was first unsuspended) the TrainJob fails
 with ``DeadlineExceeded``, "TrainJob exceeded its active deadline", and its Job is deleted. A Job whose TrainJob is
-gone is deleted (garbage collection through the JobSet). Runtimes live here, not in the API: :meth:`add_runtime`.
+gone is deleted (garbage collection through the JobSet). ``resources_fail`` plays a JobSet Trainer cannot apply: a
+Warning Event ``TrainJobResourcesCreationFailed`` on the TrainJob, and no pods. Runtimes live here, not in the API:
+:meth:`add_runtime`.
 """
 
 from __future__ import annotations
@@ -78,6 +80,7 @@ class FakeTrainer:
         self.store = cluster.store
         self.runtimes: dict[tuple[str, str, str], dict[str, Any]] = {}  # (kind, namespace or "", name) -> object
         self.started: dict[str, float] = {}  # TrainJob uid -> when it was first seen unsuspended
+        self.resources_fail: str | None = None  # when set, applying a TrainJob's JobSet fails with this error
 
     def add_runtime(self, runtime: dict[str, Any], namespace: str | None = None) -> None:
         """Install a (Cluster)TrainingRuntime (its kind says which; a TrainingRuntime lives in ``namespace``) and the
@@ -157,6 +160,10 @@ class FakeTrainer:
             self._condition(train, "Failed", "True", "DeadlineExceeded", "TrainJob exceeded its active deadline")
             if child is not None:
                 self.cluster.delete("jobs.batch", ns, child["metadata"]["name"], "Background")
+            return
+        if child is None and self.resources_fail:  # Trainer records it and retries (TrainJobReconciler.Reconcile)
+            self.cluster._event(ns, train, "TrainJobResourcesCreationFailed",
+                                f"TrainJob resources reconciliation failed: {self.resources_fail}")
             return
         if child is None:
             self.store.create("jobs.batch", ns, self._job(train))

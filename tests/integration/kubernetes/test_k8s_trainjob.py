@@ -162,3 +162,22 @@ def test_cancel_deletes_the_trainjob_and_every_pod_goes(cluster: FakeCluster, k8
     assert cluster.store.items("pods", NAMESPACE) == [] and cluster.store.items(TRAINJOBS, NAMESPACE) == []
     assert cluster.store.items("configmaps", NAMESPACE) == [] and cluster.store.items("secrets", NAMESPACE) == []
     assert survivors() == []
+
+
+def test_a_trainjob_whose_jobset_trainer_cannot_make_says_why_while_it_waits(
+    cluster: FakeCluster, k8s_backend: Any,
+) -> None:
+    cluster.trainer.add_runtime(STOCK)
+    why = 'jobsets.jobset.x-k8s.io "tj-stuck" is forbidden: exceeded quota: team-a'
+    cluster.trainer.resources_fail = why
+    run = submit_bundle(capture_cell("6 * 7\n", {"__name__": "__main__"}),
+                        JobSpec(name="tj-stuck", nodes=2, backend="kubernetes", device="cpu", flavor="trainjob"),
+                        store=k8s_backend.store, backend=k8s_backend)
+    deadline, detail = time.monotonic() + 30, ""
+    while why not in detail and time.monotonic() < deadline:
+        detail = k8s_backend.status(run.handle).detail
+        time.sleep(0.2)
+    assert why in detail and run.status() is RunState.STARTING, detail  # Trainer retries: shown, not final
+    cluster.trainer.resources_fail = None  # fixed: Trainer's next try makes the JobSet, the run goes on
+    assert run.wait(timeout=120, progress=False) is RunState.SUCCEEDED
+    assert run.result() == 42
