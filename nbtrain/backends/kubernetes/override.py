@@ -102,7 +102,7 @@ def read_pod_template(path: str) -> PodOverride:
     if {"apiVersion", "kind", "template"} & set(fragment):
         raise SpecError(f"{where}: give the pod template itself (its metadata: and spec:), not a whole object "
                         f"({', '.join(sorted({'apiVersion', 'kind', 'template'} & set(fragment)))} found).")
-    unknown = sorted(set(fragment) - {"metadata", "spec"})
+    unknown = sorted(str(k) for k in set(fragment) - {"metadata", "spec"})
     if unknown:
         raise SpecError(f"{where}: {', '.join(unknown)} is not part of a PodTemplateSpec; the file has metadata: "
                         "(labels, annotations) and spec: (a PodSpec) only.")
@@ -245,7 +245,7 @@ def check_override(template: Mapping[str, Any], fragment: Mapping[str, Any], mer
     """What ``fragment`` breaks of nbtrain's pod ``template`` (``merged``: both merged), one message per field."""
     problems: list[str] = []
     meta = fragment.get("metadata") or {}
-    for key in sorted(set(meta) - {"labels", "annotations"}):
+    for key in sorted(str(k) for k in set(meta) - {"labels", "annotations"}):
         problems.append(f"metadata.{key}: nbtrain names and places the pods; a template sets only metadata.labels "
                         "and metadata.annotations.")
     for kind in ("labels", "annotations"):

@@ -183,6 +183,7 @@ def test_a_template_reaches_every_pod_of_every_flavor_and_nbtrains_parts_stay(ma
     ({"spec": {"volumes": [{"name": "nbtrain", "emptyDir": {}}]}}, "spec.volumes[name=nbtrain]"),
     ({"spec": {"restartPolicy": "OnFailure"}}, "spec.restartPolicy"),
     ({"metadata": {"name": "mine"}}, "metadata.name"),
+    ("metadata:\n  1: x\n  labels: {2: y}\n", "metadata.1: nbtrain names"),
     ({"metadata": {"labels": {"nbtrain.dev/run-id": "x"}}}, "metadata.labels.nbtrain.dev/run-id"),
     ({"metadata": {"labels": {"app.kubernetes.io/managed-by": "me"}}}, "metadata.labels.app.kubernetes.io/managed-by"),
     ({"metadata": {"labels": None}}, "metadata.labels.nbtrain.dev/run-id: set by nbtrain"),
@@ -224,6 +225,7 @@ def test_allow_secrets_lets_a_secret_looking_value_through(make_plan: MakePlan, 
     ("- a\n- b\n", "expected one YAML mapping"),
     ("apiVersion: v1\nkind: PodTemplate\ntemplate: {}\n", "give the pod template itself"),
     ("spec: {}\nstatus: {}\n", "status is not part of a PodTemplateSpec"),
+    ("spec: {}\n1: x\n", "1 is not part of a PodTemplateSpec"),
 ])
 def test_a_file_that_is_no_pod_template_fragment_is_refused(tmp_path: Path, text: str, message: str) -> None:
     with pytest.raises(SpecError, match=re.escape(message)):
