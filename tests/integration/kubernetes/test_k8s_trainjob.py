@@ -181,3 +181,26 @@ def test_a_trainjob_whose_jobset_trainer_cannot_make_says_why_while_it_waits(
     cluster.trainer.resources_fail = None  # fixed: Trainer's next try makes the JobSet, the run goes on
     assert run.wait(timeout=120, progress=False) is RunState.SUCCEEDED
     assert run.result() == 42
+
+
+def test_a_volume_reaches_every_pod_and_a_failed_attempt_restarts_as_a_new_trainjob(
+    cluster: FakeCluster, k8s_backend: Any,
+) -> None:
+    """--volume rides in the runtime patch (pod volumes, container mounts): both attempts' pods share the claim."""
+    gang = gang_runtime()  # installed under the default runtime name, which the backend names
+    cluster.trainer.add_runtime({**gang, "metadata": {**gang["metadata"], "name": "torch-distributed"}})
+    shared = cluster.add_claim(NAMESPACE, "team-data")
+    code = ("import os, pathlib\nshared = pathlib.Path(os.environ['SHARED'])\n"
+            "attempt = os.environ['NBTRAIN_ATTEMPT']\n"
+            "(shared / f\"attempt-{attempt}-rank-{os.environ['RANK']}\").write_text('hi')\n"
+            "if attempt == '0':\n    raise RuntimeError('the first attempt fails')\n")
+    run = submit_bundle(capture_cell(code, {"__name__": "__main__"}),
+                        JobSpec(name="tj-vol", nodes=2, backend="kubernetes", device="cpu", flavor="trainjob",
+                                env={"SHARED": "/shared"}, volumes=("team-data:/shared",), max_restarts=1),
+                        store=k8s_backend.store, backend=k8s_backend)
+    assert run.wait(timeout=180, progress=False) is RunState.SUCCEEDED
+    assert sorted(p.name for p in shared.iterdir() if p.is_file()) == [
+        "attempt-0-rank-0", "attempt-0-rank-1", "attempt-1-rank-0", "attempt-1-rank-1"]
+    assert [a["attempt"] for a in run.attempts()] == [0, 1]
+    names = sorted(t["metadata"]["name"] for t in cluster.store.items(TRAINJOBS, NAMESPACE))
+    assert names[-1].endswith("-a1"), names
