@@ -9,8 +9,8 @@ agent, marked with its run id: :mod:`nbtrain.warm.marker`), and the agent of nod
 - ``fork``: fork the ranks of this node for a generation (environment from :mod:`nbtrain.warm.rankenv`);
 - ``poll``: the exit codes of a generation's ranks (None while running; negative: killed by that signal);
 - ``end``: end a generation: SIGTERM its ranks' process groups, SIGKILL after a grace, and its store holder;
-  answers how many ranks had to be killed and how many processes the ranks left running in their sessions
-  (``leaked``: the post-run check); a generation whose supervisor died is ended the same way without being asked;
+  answers which ranks were still running (``ended``), how many had to be killed after the grace, and how many
+  processes the ranks left running in their sessions (``leaked``: the post-run check); a generation whose supervisor died is ended the same way without being asked;
 - ``supervise`` (node 0): fork the supervisor of a warm attempt (:mod:`nbtrain.warm.supervisor`), in its own
   session, with the environment, directory and log the run's submitter gives;
 - ``ping``/``stop``.
@@ -196,9 +196,10 @@ class Agent:
         if op == "end":
             self._reap()
             leaked = self._leaked(gen) if gen is not None else 0
+            ended = sorted(r for r in gen.ranks if r not in gen.exits) if gen is not None else []
             killed = self._end(gen, grace_s=float(request.get("grace_s", 3.0))) if gen is not None else 0
             self.generations.pop(number, None)
-            return {"ok": True, "killed": killed, "leaked": leaked}
+            return {"ok": True, "killed": killed, "leaked": leaked, "ended": ended}
         return {"ok": False, "error": f"unknown op {op!r}"}
 
     # -- processes --------------------------------------------------------------------------------

@@ -80,6 +80,7 @@ class WarmSupervisor(Supervisor):
         self.generation = 0
         self.nodes: list[_Node] = []
         self.leaked = 0  # processes the ranks left in their sessions (the post-run check)
+        self.ended: set[int] = set()  # ranks still running when the generation was ended (by nbtrain)
         self.failure: Failure | None = None
         self.generation_ended = False
         self.released = False
@@ -163,6 +164,7 @@ class WarmSupervisor(Supervisor):
                 continue
             killed += int(answer["killed"])
             self.leaked += int(answer.get("leaked") or 0)
+            self.ended.update(int(r) for r in answer.get("ended") or ())
         for handle in self.nodes:
             for rank, code in handle.exits.items():
                 if code is None:
@@ -189,10 +191,26 @@ class WarmSupervisor(Supervisor):
         why = recycle_reason(state, self.failure, leaked=self.leaked, cancel=cancel,
                              stopped=self._stopped_at() is not None)
         if why is not None:
+            collateral = self._collateral()
+            also = (f" (collateral: rank{'s' if len(collateral) > 1 else ''} {', '.join(map(str, collateral))}, "
+                    "ended by that failure)") if collateral and self.state is RunState.FAILED else ""
             self.out.emit(EventKind.NOTICE, message=f"warm gang {self.gang_dir.name}: generation {self.generation} "
-                                                    f"recycled: {why}; the next run's ranks are new processes",
-                          warm={"gang": self.gang_dir.name, "generation": self.generation, "recycled": why})
+                                                    f"recycled: {why}{also}; the next run's ranks are new processes",
+                          warm={"gang": self.gang_dir.name, "generation": self.generation, "recycled": why,
+                                "collateral": collateral})
         return why
+
+    def _collateral(self) -> list[int]:
+        """The ranks that failed only because of the first failure: ended by nbtrain while still running, or whose
+        error triage reads as a consequence of a peer's death ("Connection closed by peer"); never the named one."""
+        from nbtrain.backends import triage
+
+        collateral, independent = set(self.ended), set[int]()
+        for rank, event in self.errors.items():
+            seen = triage.Candidate(rank=rank, time=event.time, exc_type=event.data.get("exc_type"),
+                                    message=event.data.get("message"))
+            (collateral if triage.is_collateral(seen) else independent).add(rank)
+        return sorted(collateral - independent - {self.failure.rank if self.failure else None})
 
     # -- a cooperative Stop ---------------------------------------------------------------------------
     def _observe(self, now: float) -> Observation:

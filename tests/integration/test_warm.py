@@ -131,6 +131,8 @@ def test_a_rank_raising_during_a_blocked_all_reduce_is_named_and_the_next_run_is
     status = json.loads((Store(warm_home).attempt_dir(run.id, 0) / "status.json").read_text())
     assert status["ended"] - failure.time < 5.0, "the verdict came more than 5 s after rank 1 raised"
     assert _header(run)["warm"]["recycled"] == "rank 1 raised ValueError"
+    notices = " ".join(str(e.data.get("message")) for e in run.events() if e.kind is EventKind.NOTICE)
+    assert "rank 1 raised ValueError (collateral: rank 0, ended by that failure)" in notices, notices
     generation = _generation(run)
     assert f"rank 1 raised ValueError (gen {generation})" in gangs_table(Store(warm_home))
     after = _run(warm_home, TRAIN)
