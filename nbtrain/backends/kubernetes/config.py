@@ -16,7 +16,7 @@ NBTRAIN_K8S_RUN_AS_USER       uid (and gid, fsGroup) of the pods' processes (def
                               ``restricted-v2`` SCC refuses pods that ask for ids outside the namespace's range)
 NBTRAIN_K8S_LOG_STREAMS       most pod logs followed at once (default 8; rank 0 and failing pods first)
 NBTRAIN_K8S_TRAINJOB_RUNTIME  the Kubeflow Trainer v2 runtime ``--flavor trainjob`` runs on: ``NAME`` (a
-                              ClusterTrainingRuntime; default ``torch-distributed``, the one Trainer installs) or
+                              ClusterTrainingRuntime; default ``torch-distributed``, Trainer's torch runtime) or
                               ``TrainingRuntime/NAME`` (one in the run's namespace)
 ============================  ============================================================================
 """

@@ -24,7 +24,7 @@ from nbtrain.spec import JobSpec
 
 pytestmark = pytest.mark.slow
 
-#: Trainer's stock torch runtime, as its Helm chart installs it (no failure policy: the Job defaults).
+#: Trainer's stock torch runtime, as its Helm chart renders it (no failure policy: the Job defaults).
 STOCK = yaml.safe_load("""
 apiVersion: trainer.kubeflow.org/v1alpha1
 kind: ClusterTrainingRuntime
