@@ -71,6 +71,7 @@ SCRIPT_NAME = "job.sbatch"
 SLURM_FILE = "slurm.json"  # the attempt's Slurm job id (also written by the supervisor for a restart in place)
 CLAIM_FILE = "restart.claim"
 SUBMIT_GRACE_S = 60.0  # an attempt with no job id yet is being submitted (sbatch: at most cli.TIMEOUT_S)
+JOB_END_S = 10.0  # cancel: the verdict written, how long to wait for Slurm to say the job ended (KillWait + slack)
 
 
 def job_leftovers(job_id: str, run_id: str) -> list[int]:
@@ -425,6 +426,14 @@ class SlurmBackend(StoreBackedBackend):
             deadline = time.monotonic() + 15
             while time.monotonic() < deadline and not self.status(handle).state.terminal:
                 time.sleep(0.2)
+        # the verdict is written a moment before the supervisor (the batch script) exits: return once Slurm says
+        # the job has ended, so that nothing of it runs any more (bounded: a job stuck completing is Slurm's)
+        deadline = time.monotonic() + JOB_END_S
+        while job_id and time.monotonic() < deadline:
+            job = cli.jobs(fresh=True).get(job_id)
+            if job is None or job.ended:
+                break
+            time.sleep(0.1)
         _kill_leftovers(job_id, handle.run_id)
         later = self.status(handle)
         if later.attempt != status.attempt and not later.state.terminal:
