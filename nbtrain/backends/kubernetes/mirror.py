@@ -124,6 +124,7 @@ class Mirror:
         self._last_kueue_check = 0.0
         self._kueue: QueueView | None = None  # the latest reading of the run's Kueue Workload
         self._kueue_off: set[str] = set()  # "workload", "position": not readable here (no permission, no API)
+        self._kueue_shown = ""  # the Kueue detail last written to status.json
 
     # -- lifecycle ------------------------------------------------------------------------------
     def start(self) -> bool:
@@ -404,7 +405,11 @@ class Mirror:
                 live = live_state(owner, current, nodes=self.t.nodes, queue=self.t.queue)
                 why = self._check_events(owner, current)
                 live = Live(live.state, f"{live.detail}: {why}", live.notices) if why else live
-                self._set_live(self._with_kueue(owner, live))
+                queued = self._with_kueue(owner, live)
+                self._set_live(queued)
+                if queued is not live and queued.detail != self._kueue_shown:
+                    self._kueue_shown = queued.detail
+                    self._write_status()  # Kueue's new word, for processes that read the status file (attach, CLI)
             self._after_verdict()
         finally:
             self.stop()

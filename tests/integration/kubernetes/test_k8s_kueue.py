@@ -108,3 +108,25 @@ def test_without_the_visibility_api_the_reason_is_shown_without_a_position(clust
     assert detail == f"queued in Kueue (LocalQueue team-a): {QUOTA}"
     run.cancel()
     assert run.status() is RunState.CANCELLED
+
+
+def test_kueues_reason_reaches_a_process_that_reads_the_status_file(cluster: FakeCluster, k8s_backend: Any) -> None:
+    from nbtrain.backends.kubernetes.files import AttemptFiles
+
+    cluster.add_local_queue(NAMESPACE, "team-a")
+    run = _submit(k8s_backend, "file")
+    _detail_with(run, k8s_backend, "not yet considered for admission")  # Kueue has not tried it yet
+    job = cluster.store.items("jobs.batch", NAMESPACE)[0]["metadata"]["name"]
+    with cluster.store.lock:  # now Kueue tries, and says why it cannot admit it; the state stays QUEUED
+        workload = cluster.workload_of(NAMESPACE, job)
+        assert workload is not None
+        workload["status"]["conditions"] = [{"type": "QuotaReserved", "status": "False", "reason": "Pending",
+                                             "message": QUOTA, "lastTransitionTime": "2026-12-02T14:00:00Z"}]
+        cluster.store.update("workloads.kueue.x-k8s.io", NAMESPACE, workload)
+    _detail_with(run, k8s_backend, QUOTA)
+    files = AttemptFiles(k8s_backend.store.attempt_dir(run.id, 0))
+    deadline = time.monotonic() + 10
+    while QUOTA not in str((files.read_status() or {}).get("detail")) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert QUOTA in str((files.read_status() or {}).get("detail")), files.read_status()
+    run.cancel()
