@@ -82,8 +82,8 @@ def slurm_pids(conf: Path) -> list[int]:
 
 
 def render_conf(root: Path, *, nodes: list[str], ports: Mapping[str, int], ctld_port: int,
-                partitions: Mapping[str, str]) -> str:
-    """slurm.conf of the cluster (``partitions``: name -> extra partition settings)."""
+                partitions: Mapping[str, str], extra: tuple[str, ...] = ()) -> str:
+    """slurm.conf of the cluster (``partitions``: name -> extra partition settings; ``extra``: more lines)."""
     lines = [
         "ClusterName=nbtrain-test",
         "SlurmctldHost=localhost(127.0.0.1)",
@@ -120,6 +120,7 @@ def render_conf(root: Path, *, nodes: list[str], ports: Mapping[str, int], ctld_
         "AccountingStorageType=accounting_storage/none",
         "JobAcctGatherType=jobacct_gather/none",
         "GresTypes=gpu",
+        *extra,
     ]
     for name in nodes:
         lines.append(f"NodeName={name} NodeHostname=localhost NodeAddr=127.0.0.1 Port={ports[name]} "
@@ -306,7 +307,8 @@ def _cmdline(pid: int) -> str:
 
 
 @contextmanager
-def running_cluster(root: Path, *, nodes: int = 2, partitions: Mapping[str, str] | None = None) -> Iterator[Cluster]:
+def running_cluster(root: Path, *, nodes: int = 2, partitions: Mapping[str, str] | None = None,
+                    extra: tuple[str, ...] = ()) -> Iterator[Cluster]:
     """A started cluster of ``nodes`` nodes under ``root`` (partition ``debug`` by default), stopped on exit."""
     root.mkdir(parents=True, exist_ok=True)
     names = [f"n{i + 1}" for i in range(nodes)]
@@ -315,7 +317,7 @@ def running_cluster(root: Path, *, nodes: int = 2, partitions: Mapping[str, str]
     (root / "plugstack.conf").write_text("")
     (root / "state").mkdir(exist_ok=True)
     conf.write_text(render_conf(root, nodes=names, ports=dict(zip(names, ports[1:], strict=True)), ctld_port=ports[0],
-                                partitions=partitions or {"debug": ""}))
+                                partitions=partitions or {"debug": ""}, extra=extra))
     cluster = Cluster(root, conf, names)
     try:
         yield cluster.start()
@@ -325,7 +327,7 @@ def running_cluster(root: Path, *, nodes: int = 2, partitions: Mapping[str, str]
 
 @contextmanager
 def test_cluster(monkeypatch: object, *, partitions: Mapping[str, str] | None = None,
-                 nodes: int = 2) -> Iterator[Cluster]:
+                 nodes: int = 2, extra: tuple[str, ...] = ()) -> Iterator[Cluster]:
     """What the ``slurm_cluster`` fixtures yield: a fresh cluster of ``nodes`` nodes (2), ``SLURM_CONF`` pointing at it.
 
     Skips (pytest.skip) with the install command when Slurm's programs are missing, or fails with the same words
@@ -349,8 +351,8 @@ def test_cluster(monkeypatch: object, *, partitions: Mapping[str, str] | None = 
 
     root = Path(tempfile.mkdtemp(prefix="nbslurm-", dir="/tmp"))
     try:
-        with running_cluster(root, nodes=nodes, partitions=partitions or {"debug": "", "down": "State=DOWN"}) \
-                as cluster:
+        with running_cluster(root, nodes=nodes, partitions=partitions or {"debug": "", "down": "State=DOWN"},
+                             extra=extra) as cluster:
             monkeypatch.setenv("SLURM_CONF", str(cluster.conf))  # type: ignore[attr-defined]
             cli._cache = None  # job ids start again at 1 on every cluster: never read another cluster's records
             yield cluster

@@ -1,8 +1,14 @@
-"""``--max-restarts`` when Slurm ends the allocation, on a real 2-node cluster: a 1-node run whose node dies
-(its slurmd and every process on it killed: Slurm says NODE_FAIL) continues as a new ``sbatch`` job on the other
-node, from the checkpoint the first attempt saved; a process that follows the run only from after the failure
-(``attach`` after the kernel died) submits it; cancelling the restarted attempt leaves nothing in the queue and no
-process. The same failure with no budget is a FAILED run naming the node (test_slurm_verdicts.py, 2 nodes)."""
+"""``--max-restarts`` on a real Slurm cluster, when a failure ends the allocation and when it does not.
+
+- a 1-node run whose node dies (its slurmd, stepds and tasks killed: Slurm says NODE_FAIL) continues as a new
+  ``sbatch`` job on the other node, from the checkpoint the first attempt saved; with no budget, NODE_FAIL is the
+  verdict; a process that follows the run only after the failure (``attach`` after the kernel died) submits the
+  restart, and cancelling the restarted attempt leaves nothing in the queue and no process;
+- a 2-node run (3-node cluster) that loses its second node: the surviving supervisor's probe step finds it, and the
+  restart is a new job without it; a rank exception in a whole allocation still restarts in place (same job);
+- the time limit: after a checkpoint the run continues in a new job, without one it is not restarted;
+- preemption (partition priority, PreemptMode=CANCEL): the run continues once the nodes are free.
+"""
 
 from __future__ import annotations
 
@@ -58,6 +64,14 @@ NODE_FAIL_S = 60  # slurmctld declares a silent node DOWN (and its job NODE_FAIL
 def three_nodes(monkeypatch: pytest.MonkeyPatch) -> Iterator[Cluster]:
     """A 3-node cluster: a 2-node job that lost a node has two others to restart on."""
     with start_cluster(monkeypatch, nodes=3) as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def preempting(monkeypatch: pytest.MonkeyPatch) -> Iterator[Cluster]:
+    """A 2-node cluster where a job of partition ``high`` preempts (cancels) one of partition ``low``."""
+    with start_cluster(monkeypatch, partitions={"low": "PriorityTier=1", "high": "PriorityTier=2 PreemptMode=OFF"},
+                       extra=("PreemptType=preempt/partition_prio", "PreemptMode=CANCEL")) as cluster:
         yield cluster
 
 
@@ -212,3 +226,21 @@ def test_the_time_limit_without_a_checkpoint_is_not_restarted(home: Path, slurm_
     assert "TIMEOUT" in said and "saved no checkpoint" in said, said
     assert [(a["attempt"], a["state"]) for a in run.attempts()] == [(0, "failed")]
     assert not Store(home).attempt_dir(run.id, 1).exists()
+
+
+def test_a_preempted_run_continues_in_a_new_allocation_once_the_nodes_are_free(home: Path,
+                                                                              preempting: Cluster) -> None:
+    run = _submit(home, CHECKPOINT_CELL, partition="low")
+    _wait_line(run, "ready 0", 0, 120)
+    first = _job_id(home, run.id, 0)
+    # a higher-tier job that wants every node, whole: Slurm cancels the run's job for it (PREEMPTED)
+    high = preempting.client("sbatch", "--parsable", "-p", "high", "-N", "2", "--exclusive", "--wrap", "sleep 3")
+    assert high.returncode == 0, high.stderr
+
+    assert run.wait(timeout=150, progress=False) is RunState.SUCCEEDED, (run.status(), run.failure)
+    assert run.result(timeout=10) == 4
+    attempts = run.attempts()
+    assert [(a["attempt"], a["state"]) for a in attempts] == [(0, "failed"), (1, "succeeded")], attempts
+    assert "PREEMPTED" in (attempts[0]["failure"] or {}).get("reason", ""), attempts[0]
+    assert _job_id(home, run.id, 1) != first
+    _nothing_left(preempting, run.id, [first, _job_id(home, run.id, 1)])
