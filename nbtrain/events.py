@@ -81,6 +81,7 @@ class EventKind(str, enum.Enum):
     RANK_DONE = "rank_done"  # ok, has_result               (a worker finished its code cleanly)
     FAILURE = "failure"  # node, exit_code, signal, reason, traceback, last_lines (supervisor verdict)
     NOTICE = "notice"  # message                           (one-time information for the user)
+    #                    supervisor only: stalled[rank] (a stall's ranks), warm{gang, generation, recycled, collateral}
     RESULT = "result"  # pickle_b64                        (rank 0's result when no shared disk exists)
     PARAMS = "params"  # values{name: str}, project         (Accelerator.init_trackers' config, from rank 0)
     DATASET = "dataset"  # name, version, url, datasets[str]  (nbtrain.dataset_path resolved a dataset)
