@@ -234,7 +234,8 @@ def test_a_preempted_run_continues_in_a_new_allocation_once_the_nodes_are_free(h
     _wait_line(run, "ready 0", 0, 120)
     first = _job_id(home, run.id, 0)
     # a higher-tier job that wants every node, whole: Slurm cancels the run's job for it (PREEMPTED)
-    high = preempting.client("sbatch", "--parsable", "-p", "high", "-N", "2", "--exclusive", "--wrap", "sleep 3")
+    high = preempting.client("sbatch", "--parsable", "-p", "high", "-N", "2", "--exclusive", "--output", "/dev/null",
+                             "--wrap", "sleep 3")
     assert high.returncode == 0, high.stderr
 
     assert run.wait(timeout=150, progress=False) is RunState.SUCCEEDED, (run.status(), run.failure)
