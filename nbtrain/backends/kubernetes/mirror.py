@@ -125,6 +125,7 @@ class Mirror:
         self._kueue: QueueView | None = None  # the latest reading of the run's Kueue Workload
         self._kueue_off: set[str] = set()  # "workload", "position": not readable here (no permission, no API)
         self._kueue_shown = ""  # the Kueue detail last written to status.json
+        self._preempted = ""  # Kueue evicted the workload after its pods had started: "REASON: message"
 
     # -- lifecycle ------------------------------------------------------------------------------
     def start(self) -> bool:
@@ -360,7 +361,7 @@ class Mirror:
         return Observation(
             now=time.monotonic(), world=self.t.world, ranks_done=done,
             rank_failed=(errors or any(i.failed for i in current) or owner.outcome is RunState.FAILED
-                         or self._create_failed is not None or self._missing_claim is not None),
+                         or self._create_failed is not None or self._missing_claim is not None or bool(self._preempted)),
             gang_ended=ended, gang_clean=ended and owner.outcome is RunState.SUCCEEDED,
             cancel_requested=self.files.cancel_requested,
             store_full=self.files.disk_full is not None,
@@ -481,8 +482,21 @@ class Mirror:
         if view is None:
             return live
         if view.evicted:
-            self._notice(f"Kueue evicted the workload ({view.evicted}); it waits to be admitted again")
+            with self._lock:
+                ran = any(self._info(obj).started for obj in self.pods.values())
+            if ran:  # the gang had started: its pods were ended (the run fails, saying why: see _finish)
+                self._preempted = view.evicted
+            else:
+                self._notice(f"Kueue evicted the workload ({view.evicted}); it waits to be admitted again")
         return Live(RunState.QUEUED, view.detail, live.notices)
+
+    def _kueue_eviction(self, owner: OwnerState) -> str:
+        """Kueue's "REASON: message" when it evicted this ``--queue`` run's workload (suspended it again: its pods were
+        ended, which is why they failed), else ""."""
+        if not self.t.queue or not owner.suspended:
+            return ""
+        view = self._read_kueue()
+        return view.evicted if view is not None else ""
 
     def _read_kueue(self) -> QueueView | None:
         """The run's Kueue Workload (found by the label Kueue puts on it: the workload's uid), read once."""
@@ -533,7 +547,14 @@ class Mirror:
                          "by someone) before nbtrain copied all of its pods' logs: the outcome is the one the API "
                          "showed; logs, metrics and the result end where the copy stopped")
         elif state is RunState.FAILED:
-            if self._missing_claim is not None and not self.rank_errors and not any(i.failed for i in infos):
+            evicted = self._preempted or self._kueue_eviction(owner)
+            if evicted:
+                failure = Failure(reason=(
+                    f"Kueue evicted the workload ({evicted}) while its pods ran, and the {self.t.kind} controller "
+                    f"ended them; nbtrain deleted the {self.t.kind} rather than run the cell again from the top when "
+                    "Kueue admits it again. Submit it again, or give it a --volume and --max-restarts so that a "
+                    "preempted run restarts from its last checkpoint"))
+            elif self._missing_claim is not None and not self.rank_errors and not any(i.failed for i in infos):
                 pod, claim = self._missing_claim
                 failure = Failure(reason=(
                     f"pod {pod.name} cannot start: its --volume claim {claim!r} does not exist in namespace "

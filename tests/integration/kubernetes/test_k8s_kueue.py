@@ -130,3 +130,26 @@ def test_kueues_reason_reaches_a_process_that_reads_the_status_file(cluster: Fak
         time.sleep(0.1)
     assert QUOTA in str((files.read_status() or {}).get("detail")), files.read_status()
     run.cancel()
+
+
+def test_a_run_kueue_preempts_while_its_pods_run_fails_saying_so(cluster: FakeCluster, k8s_backend: Any,
+                                                                   tmp_path: Any) -> None:
+    cluster.add_local_queue(NAMESPACE, "team-a")
+    started = tmp_path / "started"
+    code = (f"import pathlib, time\npathlib.Path({str(started)!r}).touch()\n"
+            "for _ in range(600):\n    time.sleep(0.1)\n")
+    run = _submit(k8s_backend, "preempted", code)
+    _detail_with(run, k8s_backend, "queued in Kueue (LocalQueue team-a)")
+    job = cluster.store.items("jobs.batch", NAMESPACE)[0]["metadata"]["name"]
+    cluster.admit(NAMESPACE, job)
+    deadline = time.monotonic() + 60
+    while not started.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert started.exists(), "the cell did not start"
+    preempted = "Preempted to accommodate a higher priority Workload"
+    cluster.evict(NAMESPACE, job, "Preempted", preempted, pending=QUOTA)
+    assert run.wait(timeout=60, raise_on_failure=False, progress=False) is RunState.FAILED
+    assert run.failure is not None
+    assert run.failure.reason.startswith(f"Kueue evicted the workload (Preempted: {preempted}) while its pods ran"), \
+        run.failure.reason
+    assert "--max-restarts" in run.failure.reason
