@@ -70,13 +70,13 @@ def pending_position(summary: Mapping[str, Any] | None, workload_name: str) -> P
     return None
 
 
-def _where(position: Position | None, queue: str, cluster_queue: str) -> str:
-    if position is None:
-        return ""
-    text = f" (position {position.local} in LocalQueue {queue}"
-    if position.cluster is not None:
-        text += f", {position.cluster} in ClusterQueue {cluster_queue}" if cluster_queue else \
-            f", {position.cluster} in its ClusterQueue"
+def _in_line(queue: str, position: Position | None, cluster_queue: str) -> str:
+    """``(LocalQueue q, position 3, 7 in its ClusterQueue)``: where the run waits, and its place where known."""
+    text = f"(LocalQueue {queue}"
+    if position is not None:
+        text += f", position {position.local}"
+        if position.cluster is not None:
+            text += f", {position.cluster} in " + (f"ClusterQueue {cluster_queue}" if cluster_queue else "its ClusterQueue")
     return text + ")"
 
 
@@ -87,12 +87,13 @@ def queue_view(workload: Mapping[str, Any] | None, *, queue: str, position: Posi
     conditions = _conditions(workload)
     status = workload.get("status") or {}
     cluster_queue = str((status.get("admission") or {}).get("clusterQueue") or "")
-    head = f"queued in Kueue (LocalQueue {queue})"
+    where = _in_line(queue, position, cluster_queue)
+    head = f"queued in Kueue {where}"
     evicted = ""
     eviction = conditions.get("Evicted")
     if eviction is not None and str(eviction.get("status")) == "True":
         evicted = f"{eviction.get('reason') or 'Evicted'}: {_said(eviction)}"
-        head = f"evicted by Kueue ({evicted}); queued again in LocalQueue {queue}"
+        head = f"evicted by Kueue ({evicted}); queued again {where}"
         requeue = status.get("requeueState") or {}
         if requeue.get("requeueAt"):
             head += f" at {requeue['requeueAt']}"
@@ -103,7 +104,6 @@ def queue_view(workload: Mapping[str, Any] | None, *, queue: str, position: Posi
         where = f" (ClusterQueue {cluster_queue})" if cluster_queue else ""
         return QueueView(f"admitted by Kueue{where}; the pods are being created", admitted=True, evicted=evicted)
     reserved = conditions.get("QuotaReserved")
-    where = _where(position, queue, cluster_queue)
     if reserved is not None and str(reserved.get("status")) == "True":
         checks = [c for c in status.get("admissionChecks") or [] if str(c.get("state")) != "Ready"]
         waiting = "; ".join(f"{c.get('name')} {c.get('state')}" + (f": {c['message']}" if c.get("message") else "")
@@ -114,5 +114,5 @@ def queue_view(workload: Mapping[str, Any] | None, *, queue: str, position: Posi
     if reserved is not None:
         reason = str(reserved.get("reason") or "")
         label = "" if reason in ("", "Pending") else f" [{reason}]"
-        return QueueView(f"{head}{where}{label}: {_said(reserved)}", evicted=evicted)
-    return QueueView(f"{head}{where}: not yet considered for admission", evicted=evicted)
+        return QueueView(f"{head}{label}: {_said(reserved)}", evicted=evicted)
+    return QueueView(f"{head}: not yet considered for admission", evicted=evicted)

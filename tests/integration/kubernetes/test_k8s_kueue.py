@@ -45,7 +45,7 @@ def test_a_queued_run_shows_kueues_reason_and_place_in_line_and_runs_once_admitt
     cluster.kueue_ahead = 2  # two Workloads of others are ahead in the LocalQueue
     run = _submit(k8s_backend, "kq")
     detail = _detail_with(run, k8s_backend, QUOTA)
-    assert detail.startswith("queued in Kueue (LocalQueue team-a) (position 3 in LocalQueue team-a"), detail
+    assert detail.startswith("queued in Kueue (LocalQueue team-a, position 3, 6 in its ClusterQueue): "), detail
     assert run.status() is RunState.QUEUED
     assert f"now: {detail}" in run.summary()
     assert cluster.store.items("pods", NAMESPACE) == []
@@ -72,7 +72,7 @@ def test_an_evicted_run_shows_kueues_reason_and_waits_to_be_admitted_again(clust
     message = f"Exceeded the PodsReady timeout {NAMESPACE}/{cluster.workload_of(NAMESPACE, job)['metadata']['name']}"  # type: ignore[index]
     cluster.evict(NAMESPACE, job, "PodsReadyTimeout", message, pending=QUOTA)
     detail = _detail_with(run, k8s_backend, "evicted by Kueue")
-    assert f"evicted by Kueue (PodsReadyTimeout: {message}); queued again in LocalQueue team-a" in detail, detail
+    assert f"evicted by Kueue (PodsReadyTimeout: {message}); queued again (LocalQueue team-a)" in detail, detail
     assert detail.endswith(QUOTA)
     assert run.status() is RunState.QUEUED
     run.sync()

@@ -23,7 +23,7 @@ def test_a_pending_workload_shows_kueues_reason_and_its_place_in_line() -> None:
     pending = workload(condition("QuotaReserved", "False", "Pending", QUOTA))
     view = queue_view(pending, queue="team-a", position=Position(3, 7))
     assert view is not None and not view.admitted and not view.evicted
-    assert view.detail == f"queued in Kueue (LocalQueue team-a) (position 3 in LocalQueue team-a, 7 in its ClusterQueue): {QUOTA}"
+    assert view.detail == f"queued in Kueue (LocalQueue team-a, position 3, 7 in its ClusterQueue): {QUOTA}"
     assert queue_view(pending, queue="team-a").detail == f"queued in Kueue (LocalQueue team-a): {QUOTA}"  # type: ignore[union-attr]
 
 
@@ -36,7 +36,7 @@ def test_an_inadmissible_workload_says_kueues_reason_too() -> None:
 def test_a_workload_kueue_has_not_tried_yet_and_one_without_a_workload() -> None:
     assert queue_view(None, queue="team-a") is None  # nothing to add to "waiting for Kueue"
     view = queue_view(workload(), queue="team-a", position=Position(1))
-    assert view is not None and "position 1 in LocalQueue team-a" in view.detail and "not yet considered" in view.detail
+    assert view is not None and view.detail == "queued in Kueue (LocalQueue team-a, position 1): not yet considered for admission"
 
 
 def test_reserved_quota_waits_for_admission_checks_then_admission() -> None:
@@ -60,7 +60,7 @@ def test_an_evicted_workload_says_so_with_kueues_reason_and_when_it_is_requeued(
     view = queue_view(evicted, queue="team-a")
     assert view is not None and view.evicted == "Preempted: Preempted to accommodate a higher priority Workload"
     assert view.detail.startswith("evicted by Kueue (Preempted: Preempted to accommodate a higher priority Workload); "
-                                  "queued again in LocalQueue team-a")
+                                  "queued again (LocalQueue team-a): ")
     assert view.detail.endswith(QUOTA)
     timed_out = workload(condition("Evicted", "True", "PodsReadyTimeout", "Exceeded the PodsReady timeout ns/w"),
                          condition("QuotaReserved", "False", "Pending", "Workload evicted"),
