@@ -9,7 +9,8 @@ with zero leftovers), then alternates, ``--repeats`` times:
 - bare: the same cell exported once (``job.sbatch`` next to train.py, no nbtrain in the job), from ``sbatch`` to
   the same point.
 
-Each job is waited for (``scontrol show job -o``) before the next starts, so the two never share the nodes. Prints
+Each job is waited for (``scontrol show job -o``) and then its nodes (``sinfo``: idle again) before the next starts,
+so the two never share the nodes and neither waits for the other's clean-up. Prints
 the medians and the ratio; the exit status is 1 when the ratio misses the target (<= 1.10).
 """
 
@@ -55,6 +56,18 @@ def wait_job_end(cluster: Any, job_id: str, timeout: float = 120) -> str:
             return found.group(1)
         time.sleep(0.1)
     raise TimeoutError(f"Slurm job {job_id} did not end within {timeout} s")
+
+
+def wait_nodes_idle(cluster: Any, timeout: float = 60) -> None:
+    """Until every node is idle again (a job that ended leaves its nodes COMPLETING for a moment: a job submitted
+    then waits for Slurm's next scheduling pass, a second or more, whichever side of the bench it is)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        states = cluster.client("sinfo", "-h", "-N", "-o", "%T").stdout.split()
+        if states and all(state == "idle" for state in states):
+            return
+        time.sleep(0.1)
+    raise TimeoutError(f"the Slurm nodes did not become idle within {timeout} s")
 
 
 def run_nbtrain(shell: Any, bench_dir: Path) -> float:
@@ -124,11 +137,13 @@ def main_slurm(repeats: int) -> int:
             for i in range(repeats):
                 d1 = Path(tmp) / f"nb{i}"
                 d1.mkdir()
+                wait_nodes_idle(cluster)
                 ours.append(run_nbtrain(shell, d1))
                 if job_dir is None:
                     job_dir = export_job(shell, Path(tmp) / "job")
                 d2 = Path(tmp) / f"bare{i}"
                 d2.mkdir()
+                wait_nodes_idle(cluster)
                 bare.append(run_bare(cluster, job_dir, d2))
                 print(f"  round {i + 1}: nbtrain {ours[-1]:.2f} s   sbatch job.sbatch {bare[-1]:.2f} s", flush=True)
     finally:
