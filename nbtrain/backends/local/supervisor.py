@@ -118,6 +118,15 @@ class Supervisor:
         return (self.state is RunState.FAILED and not self.cancel_requested
                 and int(self.plan["attempt"]) < int(self.plan.get("restart_budget", 0)))
 
+    def restarts_here(self) -> bool:
+        """After :meth:`run`: this process starts the next attempt (:func:`supervise`); default: :attr:`will_retry`."""
+        return self.will_retry
+
+    def may_still_restart(self) -> bool:
+        """After the pause before a restart: nothing ended the job meanwhile (a backend whose scheduler can end the
+        allocation says so; a cancel is checked by :func:`supervise` itself)."""
+        return True
+
     def _write_status(self, failure: Failure | None = None, ended: float | None = None) -> None:
         write_json_atomic(
             self.dir / "status.json",
@@ -502,9 +511,11 @@ def supervise(attempt_dir: Path, *, make: Callable[[Path], Supervisor] = Supervi
     while True:
         supervisor = make(attempt_dir)
         state = supervisor.run()
-        if not supervisor.will_retry:
+        if not supervisor.restarts_here():
             break
         time.sleep(RESTART_DELAY_S)
+        if not supervisor.may_still_restart():
+            break
         if supervisor.cancel_requested or (attempt_dir / "cancel.request").exists():
             supervisor.cancel_requested = True  # a cancel during the pause: no restart
             supervisor._finish(RunState.CANCELLED, "cancelled by the user while restarting")

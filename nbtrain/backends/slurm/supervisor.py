@@ -22,13 +22,13 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 from nbtrain.backends.local import procs
 from nbtrain.backends.local.ports import free_port
-from nbtrain.backends.local.supervisor import LAST_LINES, RESTART_DELAY_S, Supervisor
+from nbtrain.backends.local.supervisor import LAST_LINES, Supervisor
+from nbtrain.backends.local.supervisor import supervise as local_supervise
 from nbtrain.backends.slurm import cli
 from nbtrain.backends.slurm.jobstate import slurm_verdict
 from nbtrain.backends.slurm.restarts import Restart, RestartDecision, decide_restart, restart_note
@@ -38,7 +38,7 @@ from nbtrain.backends.storecursor import tail_lines
 from nbtrain.backends.verdict import Decision
 from nbtrain.events import EventKind, FileTail, parse_line
 from nbtrain.model import Failure, RunState
-from nbtrain.store import PRIVATE_UMASK, private_dir, read_json, write_json_atomic
+from nbtrain.store import private_dir, read_json, write_json_atomic
 
 SLURM_FILE = "slurm.json"  # the attempt's Slurm job id, in every attempt directory
 PROBE_TIMEOUT_S = 20.0  # a probe step that has not started a task on every node by then: a node is lost
@@ -107,6 +107,14 @@ class SlurmSupervisor(Supervisor):
     def will_retry(self) -> bool:
         """A FAILED verdict is followed by a restart: here (a new step) or in a new allocation (from outside)."""
         return super().will_retry and self.restart.restart is not Restart.NONE
+
+    def restarts_here(self) -> bool:
+        """Only a restart in place is this process's: a new allocation is submitted from outside (see module)."""
+        return self.will_retry and self.restart.restart is Restart.IN_PLACE
+
+    def may_still_restart(self) -> bool:
+        """The job ends under us (the attempt stays "retrying"; SlurmBackend.status restarts it elsewhere)."""
+        return not self.slurm_ending
 
     def _write_status(self, failure: Any = None, ended: float | None = None) -> None:
         super()._write_status(failure, ended)
@@ -285,25 +293,10 @@ def next_attempt(plan: dict[str, Any]) -> Path:
 def supervise(attempt_dir: Path) -> None:
     """Supervise attempts from ``attempt_dir`` while each FAILED one restarts here (a new step); exit with the last.
 
-    The local loop (:func:`nbtrain.backends.local.supervisor.supervise`), except that a restart in a new
-    allocation is not this process's to start, nor any restart once Slurm is ending the job.
+    The local loop (:func:`nbtrain.backends.local.supervisor.supervise`); :meth:`SlurmSupervisor.restarts_here`
+    leaves a restart in a new allocation to the kernel's side, and no restart starts once Slurm is ending the job.
     """
-    os.umask(PRIVATE_UMASK)
-    while True:
-        supervisor = SlurmSupervisor(attempt_dir)
-        state = supervisor.run()
-        if not supervisor.will_retry or supervisor.restart.restart is not Restart.IN_PLACE:
-            break
-        time.sleep(RESTART_DELAY_S)
-        if supervisor.slurm_ending:
-            break  # the job ends under us: the attempt stays "retrying"; SlurmBackend.status restarts it elsewhere
-        if supervisor.cancel_requested or (attempt_dir / "cancel.request").exists():
-            supervisor.cancel_requested = True  # a cancel during the pause: no restart
-            supervisor._finish(RunState.CANCELLED, "cancelled by the user while restarting")
-            state = RunState.CANCELLED
-            break
-        attempt_dir = next_attempt(supervisor.plan)
-    sys.exit(0 if state is RunState.SUCCEEDED else 1)
+    local_supervise(attempt_dir, make=SlurmSupervisor, advance=next_attempt)
 
 
 def main() -> None:
