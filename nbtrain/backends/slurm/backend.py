@@ -349,8 +349,12 @@ class SlurmBackend(StoreBackedBackend):
         """Write the verdict of an attempt whose job ended without the supervisor's (once, by one reader)."""
         _kill_leftovers(job_id, run_id)
         cancelled = (attempt_dir / "cancel.request").exists()
+        # nothing the batch script writes is here: the nodes do not see this host's store (NBTRAIN_HOME)
+        unseen = job is not None and not any((attempt_dir / name).exists()
+                                             for name in ("supervisor.log", "supervisor.json", "status.json"))
         state, failure = slurm_verdict(job, job_id, cancel_requested=cancelled,
-                                       supervisor_log=str(attempt_dir / "supervisor.log"))
+                                       supervisor_log=str(attempt_dir / "supervisor.log"),
+                                       unshared_store=str(self.store.root) if unseen else None)
         decision = RestartDecision(Restart.NONE)
         note = ""
         if state is RunState.FAILED:
@@ -360,7 +364,7 @@ class SlurmBackend(StoreBackedBackend):
                 budget = attempt
             decision = decide_restart(job_state=job.state if job is not None else None, node_failed=None,
                                       cancelled=cancelled, attempt=attempt, restart_budget=budget,
-                                      checkpointed=_checkpointed(attempt_dir))
+                                      checkpointed=_checkpointed(attempt_dir), store_unseen=unseen)
             if decision.restart is Restart.IN_PLACE:  # cannot be: the job has ended; never a step in no allocation
                 decision = RestartDecision(Restart.NEW_ALLOCATION)
             note = restart_note(decision, attempt=attempt, restart_budget=budget, job_id=job_id)

@@ -13,12 +13,16 @@ from dataclasses import dataclass
 
 from nbtrain.model import Failure, RunState
 
-__all__ = ["ACTIVE", "PENDING_STATES", "TERMINAL", "JobInfo", "parse_jobs", "queued_detail", "slurm_verdict"]
+__all__ = ["ACTIVE", "PENDING_STATES", "SCRIPT_RAN", "TERMINAL", "JobInfo", "parse_jobs", "queued_detail",
+           "slurm_verdict", "unshared_store_reason"]
 
 PENDING_STATES = frozenset({"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD", "SUSPENDED"})
 ACTIVE = frozenset({"RUNNING", "CONFIGURING", "COMPLETING", "STAGE_OUT", "SIGNALING", "RESIZING", "STOPPED"})
 TERMINAL = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY",
                       "BOOT_FAIL", "DEADLINE", "SPECIAL_EXIT", "REVOKED"})
+# ended states in which the batch script was started on a node (so its --output file, supervisor.log, was opened
+# there): a job cancelled or past its deadline while queued, or whose node failed before the script ran, has none
+SCRIPT_RAN = frozenset({"COMPLETED", "FAILED", "OUT_OF_MEMORY", "TIMEOUT"})
 
 
 @dataclass(frozen=True)
@@ -90,8 +94,23 @@ def queued_detail(job: JobInfo, jobs: Mapping[str, JobInfo]) -> str:
     return f"queued: {reason} (position {queue_position(job, jobs.values())}{where}, Slurm job {job.job_id})"
 
 
-def slurm_verdict(job: JobInfo | None, job_id: str, *, cancel_requested: bool, supervisor_log: str) -> tuple[RunState, Failure | None]:
-    """The verdict of a run whose Slurm job ended (or vanished) without one from nbtrain's supervisor."""
+def unshared_store_reason(job: JobInfo, job_id: str, store_root: str) -> str:
+    """Why a job whose batch script ran left nothing in the store as this host sees it, and the fix."""
+    return (f"Slurm job {job_id} ended ({job.state}, exit code {job.exit_code}) and nothing its batch script writes "
+            f"(supervisor.log, supervisor.json, status.json) reached the attempt directory on this host: the store "
+            f"does not look shared with the nodes (NBTRAIN_HOME={store_root} on this host); run `nbtrain doctor "
+            f"--backend slurm` and put NBTRAIN_HOME on a filesystem every node mounts at the same path "
+            f"(docs/slurm.md, \"Set-up on a real cluster\")")
+
+
+def slurm_verdict(job: JobInfo | None, job_id: str, *, cancel_requested: bool, supervisor_log: str,
+                  unshared_store: str | None = None) -> tuple[RunState, Failure | None]:
+    """The verdict of a run whose Slurm job ended (or vanished) without one from nbtrain's supervisor.
+
+    ``unshared_store``: the store's root (``NBTRAIN_HOME``) when nothing the batch script writes reached this
+    host's view of the attempt directory; for a job whose script ran (:data:`SCRIPT_RAN`) the verdict then says
+    the store does not look shared with the nodes, instead of guessing at a kill.
+    """
     if job is None:
         return RunState.FAILED, Failure(reason=f"Slurm no longer knows job {job_id} and nbtrain's supervisor left no "
                                                f"verdict (the job was purged, or the controller lost it); see "
@@ -99,7 +118,9 @@ def slurm_verdict(job: JobInfo | None, job_id: str, *, cancel_requested: bool, s
     state = job.state
     if cancel_requested:
         return RunState.CANCELLED, None
-    if state == "TIMEOUT":
+    if unshared_store is not None and state in SCRIPT_RAN:
+        reason = unshared_store_reason(job, job_id, unshared_store)
+    elif state == "TIMEOUT":
         reason = (f"Slurm ended job {job_id} at its time limit ({job.time_limit}, --time): TIMEOUT; ask for more with "
                   "--time, or save checkpoints and resume the run")
     elif state == "NODE_FAIL":

@@ -12,7 +12,9 @@ Three answers (:class:`Restart`):
   script itself ended with a failure to restart (``FAILED``/``COMPLETED``/``OUT_OF_MEMORY``: the supervisor
   crashed, was killed, or wanted a restart in place but the allocation ended first). A restarted attempt resumes
   from the run's latest checkpoint either way (``NBTRAIN_CHECKPOINT_DIR`` is the same for every attempt).
-- ``NONE``: the verdict stands. When the user cancelled, the budget is spent, someone cancelled the job outside
+- ``NONE``: the verdict stands. When the user cancelled, the budget is spent, the batch script ran but nothing it
+  writes reached the kernel's view of the store (``NBTRAIN_HOME`` is not shared with the nodes: every new
+  allocation would end the same way), someone cancelled the job outside
   nbtrain (``CANCELLED``: a deliberate ``scancel`` is not undone), the job passed its ``--deadline``
   (``DEADLINE``), Slurm no longer knows the job (nothing is known of how it ended), or the time limit ended an
   attempt that saved no checkpoint.
@@ -27,6 +29,8 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+
+from nbtrain.backends.slurm.jobstate import SCRIPT_RAN
 
 __all__ = ["ALLOCATION_LOST", "Restart", "RestartDecision", "decide_restart", "restart_note"]
 
@@ -57,17 +61,22 @@ class RestartDecision:
 
 
 def decide_restart(*, job_state: str | None, node_failed: str | None, cancelled: bool, attempt: int,
-                   restart_budget: int, checkpointed: bool) -> RestartDecision:
+                   restart_budget: int, checkpointed: bool, store_unseen: bool = False) -> RestartDecision:
     """What follows a FAILED attempt.
 
     ``job_state``: Slurm's ``JobState`` of the attempt's job as last read (``RUNNING`` while it runs; None when
     Slurm no longer knows it). ``node_failed``: the node ``srun`` reported failing in this attempt's step, if any.
     ``cancelled``: the user asked nbtrain to cancel. ``attempt`` and ``restart_budget``: this attempt's number and
     the last one automatic restarts may reach (``attempt + --max-restarts`` of the launch). ``checkpointed``: this
-    attempt saved at least one complete checkpoint.
+    attempt saved at least one complete checkpoint. ``store_unseen``: the job has ended and none of what its batch
+    script writes (``supervisor.log``, ``supervisor.json``, ``status.json``) is in the attempt's directory as this
+    process sees it.
     """
     if cancelled or attempt >= restart_budget:
         return RestartDecision(Restart.NONE)
+    if store_unseen and job_state in SCRIPT_RAN:
+        return RestartDecision(Restart.NONE, "not restarted: the batch script's files never reached this host's "
+                                             "store, so a new allocation would end the same way")
     if job_state in ALLOCATION_LOST or node_failed is not None:
         return RestartDecision(Restart.NEW_ALLOCATION)
     if job_state == "TIMEOUT":

@@ -123,3 +123,26 @@ def test_a_job_slurm_forgot_or_an_unknown_end_points_at_the_supervisor_log() -> 
     assert state is RunState.FAILED and "no longer knows job 99" in reason and LOG in reason
     state, reason = _verdict(BY_NAME["failed"])
     assert state is RunState.FAILED and "FAILED" in reason and "3:0" in reason and LOG in reason, reason
+
+
+@pytest.mark.parametrize("state", ["FAILED", "COMPLETED", "OUT_OF_MEMORY", "TIMEOUT"])
+def test_a_script_that_left_nothing_in_the_store_says_the_store_is_not_shared(state: str) -> None:
+    job = dataclasses.replace(BY_NAME["failed"], state=state)
+    verdict, failure = slurm_verdict(job, job.job_id, cancel_requested=False, supervisor_log=LOG,
+                                     unshared_store="/home/alice/.nbtrain")
+    reason = failure.reason if failure else ""
+    assert verdict is RunState.FAILED and state in reason and job.job_id in reason, reason
+    for words in ("does not look shared with the nodes", "NBTRAIN_HOME=/home/alice/.nbtrain on this host",
+                  "nbtrain doctor --backend slurm", "docs/slurm.md", "supervisor.log"):
+        assert words in reason, (words, reason)
+    assert "killed, or out of memory" not in reason and LOG not in reason  # not a missing path to look at
+
+
+@pytest.mark.parametrize("state", ["CANCELLED", "NODE_FAIL", "BOOT_FAIL", "DEADLINE"])
+def test_a_job_whose_script_may_never_have_run_keeps_slurms_verdict(state: str) -> None:
+    # cancelled while queued, a node lost before the script started: no supervisor.log on a shared store either
+    job = dataclasses.replace(BY_NAME["failed"], state=state)
+    _, failure = slurm_verdict(job, job.job_id, cancel_requested=False, supervisor_log=LOG, unshared_store="/x")
+    assert failure is not None and "shared" not in failure.reason and state in failure.reason, failure
+    assert slurm_verdict(job, job.job_id, cancel_requested=True, supervisor_log=LOG,
+                         unshared_store="/x") == (RunState.CANCELLED, None)

@@ -62,3 +62,19 @@ def test_the_note_says_where_the_next_attempt_runs() -> None:
         "restarting from the last checkpoint as a new step of Slurm job 7 (attempt 1 of 2)"
     assert restart_note(RestartDecision(Restart.NEW_ALLOCATION), attempt=1, restart_budget=2, job_id="7") == \
         "restarting from the last checkpoint in a new Slurm allocation (attempt 2 of 2)"
+
+
+@pytest.mark.parametrize("state", ["FAILED", "COMPLETED", "OUT_OF_MEMORY", "TIMEOUT"])
+def test_a_script_whose_files_never_reached_the_store_is_not_restarted(state: str) -> None:
+    # NBTRAIN_HOME not shared with the nodes: every new allocation would end the same way, spending the budget
+    decision = decide_restart(job_state=state, node_failed=None, cancelled=False, attempt=0, restart_budget=3,
+                              checkpointed=True, store_unseen=True)
+    assert decision.restart is Restart.NONE and "never reached this host's store" in decision.why_not, decision
+    assert restart_note(decision, attempt=0, restart_budget=3, job_id="7") == decision.why_not
+
+
+@pytest.mark.parametrize("state", ["NODE_FAIL", "BOOT_FAIL", "PREEMPTED"])
+def test_an_allocation_lost_before_the_script_wrote_anything_is_still_restarted(state: str) -> None:
+    # a node that failed (to boot) before the batch script started leaves no supervisor.log on a shared store either
+    assert decide_restart(job_state=state, node_failed=None, cancelled=False, attempt=0, restart_budget=1,
+                          checkpointed=False, store_unseen=True).restart is Restart.NEW_ALLOCATION
