@@ -59,8 +59,8 @@ VALUES: Mapping[str, tuple[Any, Mapping[str, Any]]] = {
     "--stall-after": (60.0, {}),
     "--hang-timeout": (900.0, {}),
     "--oversubscribe": (True, {"device": "cpu", "nodes": 16, "procs_per_node": 64}),  # refused without it
-    "--warm": (True, {}),
-    "--warm-ttl": (60.0, {"warm": True}),
+    "--warm": (True, {"procs_per_node": 2}),  # a warm gang needs more than one process
+    "--warm-ttl": (60.0, {"warm": True, "procs_per_node": 2}),
     "--checkpoint-dir": ("/data/ckpt", {}),
     "--max-restarts": (2, {}),
     "--keep-checkpoints": (5, {}),

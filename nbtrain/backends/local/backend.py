@@ -120,6 +120,12 @@ class LocalBackend(StoreBackedBackend):
         if spec.warm and spec.strategy is Strategy.DEEPSPEED:
             raise SpecError("--warm --strategy deepspeed: DeepSpeed starts its ranks through its own launcher, which "
                             "a warm gang does not reproduce yet; drop --warm (a cold run) or use --strategy ddp/fsdp.")
+        if spec.warm and spec.world_size == 1 and spec.strategy is Strategy.DDP:
+            # Accelerate starts one process without torchelastic (no --multi_gpu: its simple launcher), which a warm
+            # gang's agents do not reproduce (nbtrain.warm.rankenv); refused here, not inside the started gang
+            raise SpecError(f"--warm needs more than one process: --nodes {spec.nodes} --gpus {spec.procs_per_node} "
+                            "(world size 1) is a single-process launch, which a warm gang does not reproduce; use "
+                            "--gpus 2 (or --nodes 2) for a warm gang, or drop --warm (a cold run).")
         wanted = spec.nodes * spec.procs
         if use_gpu and wanted > inventory.count:
             raise EnvironmentProblem(
