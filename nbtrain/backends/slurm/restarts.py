@@ -9,20 +9,22 @@ Three answers (:class:`Restart`):
   process next asks for the run's status: the kernel's watcher, ``attach``, the CLI; see :mod:`.backend`). When the
   allocation is gone or going: a node failed (``NODE_FAIL``, or ``srun`` saw "Node failure on NAME" before
   slurmctld did), Slurm preempted the job (``PREEMPTED``) or a node failed to boot (``BOOT_FAIL``); or the batch
-  script itself ended with a failure to restart (``FAILED``/``COMPLETED``/``OUT_OF_MEMORY``: the supervisor
+  script itself ended with a failure to restart (``FAILED``/``COMPLETED``: the supervisor
   crashed, was killed, or wanted a restart in place but the allocation ended first). A restarted attempt resumes
   from the run's latest checkpoint either way (``NBTRAIN_CHECKPOINT_DIR`` is the same for every attempt).
 - ``NONE``: the verdict stands. When the user cancelled, the budget is spent, the batch script ran but nothing it
   writes reached the kernel's view of the store (``NBTRAIN_HOME`` is not shared with the nodes: every new
   allocation would end the same way), someone cancelled the job outside
   nbtrain (``CANCELLED``: a deliberate ``scancel`` is not undone), the job passed its ``--deadline``
-  (``DEADLINE``), Slurm no longer knows the job (nothing is known of how it ended), or the time limit ended an
-  attempt that saved no checkpoint.
+  (``DEADLINE``), Slurm no longer knows the job (nothing is known of how it ended), the time limit ended an
+  attempt that saved no checkpoint, or Slurm ended the job out of memory (``OUT_OF_MEMORY``).
 
 The time limit (``TIMEOUT``) gets a new allocation only when the attempt saved at least one checkpoint: the next
 one then continues where this one stopped (chaining allocations under a site's maximum ``--time`` is the usual way
 to train longer than it), while an attempt that saved nothing would start over and reach the same limit at the
-same point, spending the budget and allocation hours for nothing.
+same point, spending the budget and allocation hours for nothing. ``OUT_OF_MEMORY`` is refused for the same
+reason: the new job would ask for the same memory (the launch's ``--sbatch mem=``/``mem-per-cpu=``) and run out
+of it the same way; the verdict says to ask for more and resume.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ class Restart(enum.Enum):
 # Slurm ended the allocation for a reason outside the training: a new one can succeed
 ALLOCATION_LOST = frozenset({"NODE_FAIL", "PREEMPTED", "BOOT_FAIL"})
 # the batch script ended by itself (the supervisor exited, crashed or was killed): a failure like any other
-_SCRIPT_ENDED = frozenset({"FAILED", "COMPLETED", "OUT_OF_MEMORY"})
+_SCRIPT_ENDED = frozenset({"FAILED", "COMPLETED"})
 # alive: the supervisor can start another step in it
 _ALIVE = frozenset({"RUNNING", "CONFIGURING", "COMPLETING", "STAGE_OUT", "SIGNALING", "RESIZING", "STOPPED",
                     "SUSPENDED"})
@@ -84,6 +86,10 @@ def decide_restart(*, job_state: str | None, node_failed: str | None, cancelled:
             return RestartDecision(Restart.NEW_ALLOCATION)
         return RestartDecision(Restart.NONE, "not restarted: the attempt saved no checkpoint, so a new allocation "
                                              "would start over and reach the same time limit")
+    if job_state == "OUT_OF_MEMORY":
+        return RestartDecision(Restart.NONE, "not restarted: a new allocation with the same memory request would "
+                                             "run out of memory the same way; ask for more (--sbatch mem=... or "
+                                             "--sbatch mem-per-cpu=...) and resume the run")
     if job_state in _ALIVE:
         return RestartDecision(Restart.IN_PLACE)
     if job_state in _SCRIPT_ENDED:

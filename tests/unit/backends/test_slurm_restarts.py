@@ -30,7 +30,7 @@ def test_a_node_srun_saw_fail_gets_a_new_allocation_before_slurmctld_says_node_f
     assert _decide("RUNNING", node_failed="n2").restart is Restart.NEW_ALLOCATION
 
 
-@pytest.mark.parametrize("state", ["FAILED", "COMPLETED", "OUT_OF_MEMORY"])
+@pytest.mark.parametrize("state", ["FAILED", "COMPLETED"])
 def test_a_batch_script_that_ended_by_itself_is_a_failure_restarted_in_a_new_allocation(state: str) -> None:
     # the supervisor crashed or was killed, or meant to restart in place but the allocation ended first
     assert _decide(state).restart is Restart.NEW_ALLOCATION
@@ -40,6 +40,15 @@ def test_the_time_limit_restarts_only_an_attempt_that_saved_a_checkpoint() -> No
     assert _decide("TIMEOUT", checkpointed=True).restart is Restart.NEW_ALLOCATION
     refused = _decide("TIMEOUT", checkpointed=False)
     assert refused.restart is Restart.NONE and "no checkpoint" in refused.why_not and "time limit" in refused.why_not
+
+
+def test_out_of_memory_is_not_restarted_with_the_same_memory_request() -> None:
+    # like TIMEOUT without a checkpoint: the same request fails the same way; even a checkpoint does not help
+    for checkpointed in (False, True):
+        refused = _decide("OUT_OF_MEMORY", checkpointed=checkpointed, budget=3)
+        assert refused.restart is Restart.NONE, refused
+        for words in ("same memory request", "--sbatch mem=", "mem-per-cpu", "resume"):
+            assert words in refused.why_not, (words, refused.why_not)
 
 
 @pytest.mark.parametrize(("state", "said"), [("CANCELLED", "cancelled outside nbtrain"), (None, "no longer knows"),
