@@ -35,6 +35,7 @@ from nbtrain.backends.kubernetes.attempts import cancel_restart, follow, write_h
 from nbtrain.backends.kubernetes.config import KubeOptions
 from nbtrain.backends.kubernetes.errors import KubeApiError, KubeSpecError
 from nbtrain.backends.kubernetes.files import KEY_FILE, AttemptFiles, write_private_text
+from nbtrain.backends.kubernetes.leftovers import delete_leftover
 from nbtrain.backends.kubernetes.mirror import Mirror, Target
 from nbtrain.backends.kubernetes.override import read_pod_template
 from nbtrain.backends.kubernetes.payload import RUNTIME_PATH, build_payload
@@ -371,6 +372,16 @@ class KubernetesBackend(StoreBackedBackend):
         if "name" in handle.data and cancel_restart(self, handle):
             return
         super().cancel(handle)
+
+    def _after_terminal(self, handle: RunHandle) -> None:
+        """A workload the verdict left behind is deleted: the run is FAILED or CANCELLED and its workload still
+        exists (the mirror's own delete failed, or nobody followed the run), or some of its pods still run or wait.
+        A NOTICE names what was deleted; a finished success is left for its TTL (see ``leftovers``)."""
+        if "name" not in handle.data:
+            return
+        handle = follow(self, handle, start=False)
+        delete_leftover(self.api(handle.data.get("context")), self._target(handle), self.status(handle).state,
+                        AttemptFiles(self._root(handle)).events_dir, timeout_s=CANCEL_TIMEOUT_S)
 
     def _cancel_existing(self, handle: RunHandle) -> None:
         """Delete the workload with foreground propagation (its pods, ConfigMap and Service go with it).

@@ -202,3 +202,26 @@ def test_a_container_that_cannot_start_fails_the_run_naming_the_pod_and_the_star
     pods = cluster.store.items("pods", NAMESPACE)
     assert not [p for p in pods if p["status"]["phase"] in ("Pending", "Running")], "a pod of the failed run still runs"
     assert not [uid for uid, rt in cluster.runtimes.items() if rt.process is not None and rt.process.poll() is None]
+
+
+def test_cancel_after_the_verdict_deletes_a_workload_the_mirror_could_not(cluster: FakeCluster, k8s_backend: Any) -> None:
+    cluster.server.deny("delete", "jobs.batch")  # the mirror's own delete of the failed gang is refused (403)
+    bundle = capture_cell("import os, time\nif os.environ['RANK'] == '1':\n    raise ValueError('rank one is broken')\n"
+                          "time.sleep(600)\n", {"__name__": "__main__"})
+    run = submit_bundle(bundle, JobSpec(name="leftover", backend="kubernetes", device="cpu", nodes=2),
+                        store=k8s_backend.store, backend=k8s_backend)
+    with pytest.raises(RunFailedError, match="rank one is broken"):
+        run.wait(timeout=120, progress=False)
+    name = k8s_backend._target(run.handle).name
+    assert [j["metadata"]["name"] for j in cluster.store.items("jobs.batch", NAMESPACE)] == [name]  # left behind
+    cluster.server.denied.discard(("delete", "jobs.batch"))
+    deletes = len(cluster.server.deletes)
+    run.cancel()
+    assert cluster.server.deletes[deletes:] == [("jobs.batch", name, "Foreground")]
+    assert cluster.store.items("pods", NAMESPACE) == []
+    _wait(lambda: not cluster.store.items("jobs.batch", NAMESPACE), 15, "the Job outlived its foreground delete")
+    assert k8s_backend.status(run.handle).state is RunState.FAILED  # the verdict stays
+    notices = [e.data["message"] for e in k8s_backend.events(run.handle) if e.source == "kubernetes-cancel"]
+    assert len(notices) == 1 and f"deleted the Job {name}" in notices[0]
+    run.cancel()  # idempotent: nothing left, nothing deleted
+    assert len(cluster.server.deletes) == deletes + 1
