@@ -6,7 +6,8 @@ Ignore on DisruptionTarget), backoffLimit, activeDeadlineSeconds, ttlSecondsAfte
 with propagation (Foreground/Background delete the pods; Orphan leaves them) and garbage collection
 of objects whose ownerReferences point at a deleted owner. Pods it cannot create (``pod_quota``, or
 ``pod_admission``: a Pod Security admission that rejects them) show only as FailedCreate Events of the Job;
-with ``pod_admission`` set, a stand-in for the training operator records FailedCreatePod on PyTorchJobs.
+with ``pod_admission`` set, a stand-in for the training operator records FailedCreatePod on PyTorchJobs, and one for
+the JobSet's Job controller FailedCreate on a JobSet's first Job.
 PyTorchJobs and JobSets run no pods here; their stand-ins only fail them at their deadline (``runPolicy``'s, the
 replicated Job's ``activeDeadlineSeconds``) with the conditions the real controllers write (:meth:`_owner_deadline`).
 TrainJobs run: Kubeflow Trainer's stand-in (fake_trainer.py) makes their Job from the runtime a test gives it.
@@ -382,6 +383,8 @@ class FakeCluster:
                     self._reconcile(job)
                 for obj in self.store.items("pytorchjobs.kubeflow.org"):
                     self._operator(obj)
+                for obj in self.store.items("jobsets.jobset.x-k8s.io"):
+                    self._jobset_controller(obj)
                 for resource in ("pytorchjobs.kubeflow.org", "jobsets.jobset.x-k8s.io"):
                     for obj in [copy.deepcopy(o) for o in self.store.items(resource)]:
                         self._owner_deadline(resource, obj)
@@ -418,6 +421,16 @@ class FakeCluster:
             name, ns = obj["metadata"]["name"], obj["metadata"]["namespace"]
             self._event(ns, obj, "FailedCreatePod",
                         f'Error creating: pods "{name}-master-0" is forbidden: {self.pod_admission}')
+
+    def _jobset_controller(self, obj: dict[str, Any]) -> None:
+        """The JobSet controller and the Job controller under it, as far as the fake plays them: when an admission
+        rejects pods, the Job controller records FailedCreate on the JobSet's first child Job (``JOBSET-node-0``, a
+        name the mirror reads as the JobSet's); no Job or pod is made otherwise."""
+        if self.pod_admission and not obj["metadata"].get("deletionTimestamp"):
+            name, ns = obj["metadata"]["name"], obj["metadata"]["namespace"]
+            child = {"kind": "Job", "metadata": {"name": f"{name}-node-0", "uid": f"{obj['metadata']['uid']}-node-0"}}
+            self._event(ns, child, "FailedCreate",
+                        f'Error creating: pods "{name}-node-0-0-" is forbidden: {self.pod_admission}')
 
     def _owner_deadline(self, resource: str, obj: dict[str, Any]) -> None:
         """A PyTorchJob or JobSet past its deadline fails with the condition its controller writes.

@@ -71,12 +71,13 @@ PSA = ('violates PodSecurity "restricted:latest": allowPrivilegeEscalation != fa
        'set securityContext.allowPrivilegeEscalation=false)')
 
 
-@pytest.mark.parametrize(("flavor", "reason"), [("job", "FailedCreate"), ("pytorchjob", "FailedCreatePod")])
+@pytest.mark.parametrize(("flavor", "reason"), [("job", "FailedCreate"), ("pytorchjob", "FailedCreatePod"),
+                                                ("jobset", "FailedCreate")])
 def test_pods_an_admission_refuses_end_the_run_with_the_apis_reason_whoever_creates_them(
     cluster: FakeCluster, k8s_backend: Any, flavor: str, reason: str,
 ) -> None:
     cluster.pod_admission = PSA  # the namespace enforces restricted Pod Security; the pods break it
-    cluster.store.crds.add("pytorchjobs.kubeflow.org")
+    cluster.store.crds.update({"pytorchjobs.kubeflow.org", "jobsets.jobset.x-k8s.io"})
     bundle = capture_cell("1 + 1\n", {"__name__": "__main__"})
     run = submit_bundle(bundle, JobSpec(name=f"psa-{flavor}", nodes=2, backend="kubernetes", device="cpu", flavor=flavor),
                         store=k8s_backend.store, backend=k8s_backend)
@@ -89,7 +90,7 @@ def test_pods_an_admission_refuses_end_the_run_with_the_apis_reason_whoever_crea
     run.sync()
     assert any(n.startswith(f"{reason}: Error creating") for n in run.view.notices)
     name = k8s_backend._target(run.handle).name
-    plural = "jobs.batch" if flavor == "job" else "pytorchjobs.kubeflow.org"
+    plural = {"job": "jobs.batch", "pytorchjob": "pytorchjobs.kubeflow.org", "jobset": "jobsets.jobset.x-k8s.io"}[flavor]
     assert (plural, name, "Foreground") in cluster.server.deletes  # the workload does not keep retrying
 
 

@@ -140,3 +140,22 @@ def test_the_restricted_check_catches_what_it_should() -> None:
         {"securityContext": {"runAsNonRoot": True, "runAsUser": 0}, "containers": [container]})
     assert restricted_violations({"securityContext": {"runAsNonRoot": True}, "containers": [container],
                                   "volumes": [{"name": "h", "hostPath": {"path": "/"}}]}) == ["volume h"]
+
+
+@pytest.mark.parametrize("runtime", ["torch-distributed", "nbtrain-torch"])
+def test_openshift_trainjob_pods_carry_no_ids_and_stay_restricted(make_plan: MakePlan, runtime: str) -> None:
+    """The TrainJob and the Job Trainer makes of it on either runtime: no ids anywhere, runAsNonRoot kept."""
+    from test_trainjob import STOCK, materialised, trainjob_spec  # test_trainjob imports this module
+
+    from nbtrain.backends.kubernetes.trainjob import gang_runtime
+
+    plan = make_plan(flavor="trainjob", options=OPENSHIFT, **trainjob_spec())
+    job = materialised(plan, STOCK if runtime == "torch-distributed" else gang_runtime())
+    for obj in [*plan.request["objects"], job]:
+        assert not [path for path, _ in walk(obj) if path.rsplit(".", 1)[-1] in IDS], obj["kind"]
+    pod = job["spec"]["template"]["spec"]
+    assert pod["securityContext"] == {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
+    assert restricted_violations(pod) == []
+    versions = k8s_versions()
+    for version in (versions[0], versions[-1]):
+        kubernetes_validate.validate(job, version, strict=True)

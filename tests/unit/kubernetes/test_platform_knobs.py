@@ -239,6 +239,22 @@ def test_the_trainjob_flavor_carries_the_knobs_it_can_and_refuses_the_others_by_
     assert any(isinstance(v, dict) and "podAntiAffinity" in v for v in values)
     filename, version = "trainer-trainjobs.yaml", "v1alpha1"
     jsonschema.validate(workload, crd_schema(filename, version))
+    # the pods Trainer makes of it, on its stock runtime and on nbtrain's: strictly valid and restricted
+    from test_openshift import restricted_violations as restricted_by_the_tests
+    from test_trainjob import STOCK, materialised
+
+    from nbtrain.backends.kubernetes.trainjob import gang_runtime
+
+    plan = make_plan(flavor="trainjob", **{**knobs, "pod_template": str(trainjob_template)})
+    for runtime in (STOCK, gang_runtime()):
+        job = materialised(plan, runtime)
+        for k8s_version in _oldest_and_newest():
+            kubernetes_validate.validate(job, k8s_version, strict=True)
+        pod = job["spec"]["template"]["spec"]
+        assert restricted_violations(pod) == [] and restricted_by_the_tests(pod) == []
+        assert pod["containers"][0]["resources"]["limits"]["amd.com/gpu"] == "8"
+        assert "podAntiAffinity" in pod["affinity"]
+        assert job["spec"]["template"]["metadata"]["labels"]["example.com/fabric"] == "ib"
     with pytest.raises(SpecError, match=re.escape("--spread-by")):
         make_plan(flavor="trainjob", spread_by="kubernetes.io/hostname")
     with pytest.raises(SpecError, match=re.escape("--pod-template")):
