@@ -22,6 +22,7 @@ gang) is gone, or it has been idle longer than the gang's TTL.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import random
@@ -109,12 +110,27 @@ class Agent:
                     if reason:
                         break
         finally:
+            idle_s = time.time() - self.idle_since
             for gen in list(self.generations.values()):
                 self._end(gen, grace_s=1.0)
             listener.close()
             self.sock_path.unlink(missing_ok=True)
+            self._note_ending(reason, idle_s)
             print(f"[nbtrain warm agent {self.node}] exiting: {reason or 'stopped'}", flush=True)
         return 0
+
+    def _note_ending(self, reason: str, idle_s: float) -> None:
+        """Leave why this agent ended its gang in ``ended-NODE.json`` for the next run of this shape (its notice:
+        :func:`nbtrain.warm.registry.acquire`); nothing when stopped on request (who asked knows) or when the gang's
+        directory is gone."""
+        if not reason or reason == "asked to stop" or not self.dir.is_dir():
+            return
+        gang = read_json(self.dir / "gang.json")
+        ttl = float(gang.get("ttl_s") or 0)
+        with contextlib.suppress(OSError):
+            write_json_atomic(self.dir / f"ended-{self.node}.json",
+                              {"node": self.node, "reason": reason, "at": time.time(), "idle_s": round(idle_s, 1),
+                               "ttl_s": ttl, "idle_ttl": bool(ttl) and reason.startswith("idle for")})
 
     def _on_signal(self, signum: int, frame: object) -> None:
         self.stopping = True

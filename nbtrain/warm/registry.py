@@ -153,7 +153,7 @@ def acquire(store: Store, key: str, facts: dict[str, Any], *, run_id: str, ttl_s
                 write_json_atomic(gang_dir / "gang.json", gang)
             return gang_dir
         gang_dir = root / f"gang-{key[:8]}-{os.urandom(3).hex()}"
-        replaced = _retire_idle(root, owner, facts, gang_dir.name)
+        replaced = _ended_before(root, key, owner, gang_dir.name) + _retire_idle(root, owner, facts, gang_dir.name)
         gang_dir.mkdir(mode=0o700)
         nodes = int(facts["nodes"])
         write_json_atomic(gang_dir / "gang.json", {
@@ -163,6 +163,38 @@ def acquire(store: Store, key: str, facts: dict[str, Any], *, run_id: str, ttl_s
         })
     _start_agents(gang_dir, nodes, python)
     return gang_dir
+
+
+def _ended_before(root: Path, key: str, owner: str, successor: str) -> list[str]:
+    """Why ``owner``'s earlier gangs of ``key`` ended on their own (idle TTL, a dead sibling agent): a notice each,
+    for the run that starts gang ``successor`` instead (its agents import torch and Accelerate first: a slower start
+    than a warm run). Their directories are removed (nothing of them runs; :func:`list_gangs` would remove them).
+
+    Called holding the registry's lock. Stopped gangs (a stop file: ``%nbtrain gang stop``, a changed key) are
+    left alone: who stopped them knows, and a changed key has its own notice.
+    """
+    notices = []
+    for gang_dir in sorted(p for p in root.iterdir() if p.is_dir()):
+        gang = read_json(gang_dir / "gang.json")
+        if gang.get("key") != key or gang.get("owner") != owner or (gang_dir / "stop").exists():
+            continue
+        if _agents_alive(gang_dir, int(gang.get("nodes", 0))) or _starting(gang):
+            continue
+        endings = sorted((read_json(p) for p in gang_dir.glob("ended-*.json")), key=lambda e: float(e.get("at", 0)))
+        shutil.rmtree(gang_dir, ignore_errors=True)
+        if not endings:
+            continue  # its agents were killed, or ended before they were ready: nothing recorded why
+        first = endings[0]
+        if first.get("idle_ttl"):
+            why = (f"it was idle for {float(first.get('idle_s', 0)):.0f} s, more than its idle TTL "
+                   f"(--warm-ttl {float(first.get('ttl_s', 0)):g} s)")
+        else:
+            why = f"its agent of node {first.get('node')} exited: {first.get('reason')}"
+        ago = max(0.0, time.time() - float(first.get("at", 0)))
+        notices.append(f"warm gang {gang_dir.name} of this shape ended {ago:.0f} s ago ({why}); a new warm gang "
+                       f"({successor}) started for this run: its agents import torch and Accelerate once first, so "
+                       "this run starts slower than a warm run")
+    return notices
 
 
 def _retire_idle(root: Path, owner: str, facts: dict[str, Any], successor: str) -> list[str]:

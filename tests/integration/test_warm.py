@@ -460,17 +460,33 @@ def test_a_killed_supervisor_fails_the_run_and_leaves_no_process_of_it(warm_home
 
 
 OWNER = """
+import json
 import sys
+import time
 from nbtrain.bundle import capture_cell
 from nbtrain.client import submit_bundle
+from nbtrain.events import EventKind
 from nbtrain.spec import JobSpec
 from nbtrain.store import Store
-run = submit_bundle(capture_cell("from accelerate import Accelerator\\nAccelerator()\\n", {"__name__": "__main__"}),
-                    JobSpec(nodes=2, procs_per_node=1, device="cpu", warm=True, warm_ttl_s=float(sys.argv[2])),
-                    store=Store(sys.argv[1]))
-print(run.wait(timeout=200, raise_on_failure=False, progress=False).value, flush=True)
+from nbtrain.warm import registry
+
+def run_once():
+    run = submit_bundle(capture_cell("from accelerate import Accelerator\\nAccelerator()\\n", {"__name__": "__main__"}),
+                        JobSpec(nodes=2, procs_per_node=1, device="cpu", warm=True, warm_ttl_s=float(sys.argv[2])),
+                        store=Store(sys.argv[1]))
+    print(run.wait(timeout=200, raise_on_failure=False, progress=False).value, flush=True)
+    return run
+
+run_once()
 if sys.argv[3] == "linger":
-    import time
+    (first,) = [p for p in (Store(sys.argv[1]).root / "gangs").iterdir() if p.is_dir()]
+    while registry.gang_pids(first.name):  # its idle TTL ends it
+        time.sleep(0.2)
+    again = run_once()  # the next warm run of this shape hears why it starts a new gang
+    print(json.dumps([str(e.data.get("message")) for e in again.events() if e.kind is EventKind.NOTICE]), flush=True)
+    for gang in registry.list_gangs(Store(sys.argv[1])):
+        registry.stop_gang(gang.directory)
+    print("stopped", flush=True)
     time.sleep(600)
 """
 
@@ -490,6 +506,12 @@ def test_a_gang_ends_with_zero_processes_when_its_owner_dies_or_its_ttl_passes(t
             time.sleep(0.2)
         assert not pids_with_env(registry.MARKER, {gang}), f"the {ending} gang left processes behind"
         assert owner.poll() is None if linger else True
+        if linger:  # the same kernel's next warm run of this shape: told why its start is not warm
+            assert owner.stdout.readline().strip() == "succeeded"
+            notices = " ".join(json.loads(owner.stdout.readline()))
+            assert f"warm gang {gang} of this shape ended" in notices, notices
+            assert "it was idle for" in notices and "(--warm-ttl 2 s)" in notices, notices
+            assert owner.stdout.readline().strip() == "stopped"
     finally:
         owner.kill()
         owner.wait()
