@@ -183,6 +183,7 @@ class KubernetesBackend(StoreBackedBackend):
             "world_size": spec.world_size,
             "queue": spec.queue,
             "timeout_s": spec.timeout_s,
+            "ttl_s": None if spec.flavor == "trainjob" else options.ttl_s,  # a TrainJob's Job has its runtime's
             "restart_budget": attempt + spec.max_restarts if restart_budget is None else restart_budget,
             "use_gpu": use_gpu,
             "objects": objects,
@@ -250,6 +251,7 @@ class KubernetesBackend(StoreBackedBackend):
         data = {k: request[k] for k in ("attempt", "namespace", "context", "flavor", "kind", "name", "nodes",
                                          "procs", "world_size", "queue", "timeout_s", "notices")}
         data["restart_budget"] = int(request.get("restart_budget", 0))
+        data["ttl_s"] = request.get("ttl_s")
         data["uid"] = owner["metadata"].get("uid")
         data["event_key_secret"] = request.get("event_key_secret")
         handle = RunHandle(self.name, plan.run_id, data)
@@ -298,6 +300,7 @@ class KubernetesBackend(StoreBackedBackend):
             name=str(d["name"]), nodes=int(d.get("nodes", 1)), procs=int(d.get("procs", 1)),
             queue=d.get("queue"), timeout_s=d.get("timeout_s"), notices=tuple(d.get("notices") or ()),
             restart_budget=int(d.get("restart_budget") or 0),
+            ttl_s=None if d.get("ttl_s") is None else int(d["ttl_s"]),
         )
 
     def _root(self, handle: RunHandle) -> Path:

@@ -41,6 +41,7 @@ from nbtrain.backends.kubernetes.podstate import (
     Live,
     OwnerState,
     PodInfo,
+    collected_outcome,
     first_failure,
     follow_order,
     live_state,
@@ -569,12 +570,12 @@ class Mirror:
                     "every container, including one an operator injects, needs a restricted securityContext: "
                     "see docs/kubernetes.md), then submit again"))
             elif not owner.exists and owner.outcome is None and not self.rank_errors and not any(i.failed for i in infos):
-                failure = Failure(reason=(
-                    f"the {self.t.kind} {self.t.name} was deleted before it finished (by someone else, or after "
-                    "its ttlSecondsAfterFinished) and nbtrain did not see how it ended"))
+                state, why = collected_outcome(kind=self.t.kind, name=self.t.name, ttl_s=self.t.ttl_s,
+                                               ranks_done=len(self.rank_done), world=self.t.world)
+                failure = Failure(reason=why) if state is RunState.FAILED else None
             else:
                 failure = self._failure(owner, self._settled(owner, infos))
-            reason = failure.summary()
+            reason = failure.summary() if failure is not None else why  # None: only a collected success
         ended = time.time()
         retrying = self._will_retry(state)
         if retrying:

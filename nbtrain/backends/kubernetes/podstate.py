@@ -21,7 +21,7 @@ from nbtrain.events import Event
 from nbtrain.model import Failure, RunState
 
 __all__ = [
-    "OwnerState", "PodInfo", "deadline_reason", "first_failure", "follow_order", "live_state", "missing_claim",
+    "OwnerState", "PodInfo", "collected_outcome", "deadline_reason", "first_failure", "follow_order", "live_state", "missing_claim",
     "owner_state", "parse_time", "pod_info", "preemptable",
 ]
 
@@ -266,6 +266,23 @@ def preemptable(running: Iterable[str], infos: Mapping[str, PodInfo]) -> str | N
     """The followed running pod that gives its stream to rank 0's: the one with the highest node."""
     others = [uid for uid in running if uid in infos and infos[uid].node != 0]
     return max(others, key=lambda uid: infos[uid].node) if others else None
+
+
+def collected_outcome(*, kind: str, name: str, ttl_s: int | None, ranks_done: int, world: int) -> tuple[RunState, str]:
+    """How a run ends whose workload is gone when nbtrain never saw how it ended: no outcome was kept in status.json
+    and no rank error or failed pod was mirrored (a Job the TTL collected while no process followed the run).
+
+    What the store has decides, never the workload's absence: SUCCEEDED when every rank's RANK_DONE was mirrored (a
+    success stays a success); otherwise FAILED with a reason saying the outcome is unknown and why, and naming
+    NBTRAIN_K8S_TTL, the fix. Returns (state, reason)."""
+    if world > 0 and ranks_done >= world:
+        return RunState.SUCCEEDED, f"every rank reported done; the {kind} was collected before nbtrain saw it end"
+    ttl = f"its ttlSecondsAfterFinished, {ttl_s} s" if ttl_s is not None else "its TTL"
+    return RunState.FAILED, (
+        f"the outcome is unknown: the {kind} {name} was collected ({ttl}) or deleted before nbtrain saw it end, and "
+        f"only {ranks_done} of {world} ranks had reported done in the output copied so far (no rank reported an "
+        "error). No process followed the run while it ended (the kernel was gone); set NBTRAIN_K8S_TTL longer than "
+        "a run may go unwatched, or attach before the TTL passes")
 
 
 def deadline_reason(timeout_s: float | None, owner: OwnerState) -> str:

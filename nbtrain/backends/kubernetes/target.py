@@ -25,6 +25,7 @@ class Target:
     timeout_s: float | None = None
     notices: tuple[str, ...] = ()
     restart_budget: int = 0  # the last attempt an automatic restart may reach (--max-restarts)
+    ttl_s: int | None = None  # the workload's ttlSecondsAfterFinished (None: unknown, or its runtime's)
 
     @property
     def selector(self) -> str:

@@ -152,6 +152,31 @@ def test_a_success_the_api_showed_stays_succeeded_after_the_ttl_collects_the_job
     assert any("before nbtrain copied all of its pods' logs" in n for n in again.view.notices)
 
 
+def test_a_job_collected_before_anyone_saw_it_end_is_an_unknown_outcome_naming_the_ttl(
+    cluster: FakeCluster, k8s_backend: Any, home: Path,
+) -> None:
+    # the notebook sees neither the pods nor the Job: nothing is copied and no outcome is kept before it is culled
+    for resource in ("pods", "jobs.batch"):
+        cluster.server.deny("list", resource)
+    bundle = capture_cell("6 * 7\n", {"__name__": "__main__"})
+    run = submit_bundle(bundle, JobSpec(name="unseen", nodes=1, backend="kubernetes", device="cpu"),
+                        store=k8s_backend.store, backend=k8s_backend)
+    _wait(lambda: _job_done(cluster), 90, "the Job did not finish")
+    run.stop_watching()
+    stop_mirrors()
+    cluster.delete("jobs.batch", NAMESPACE, k8s_backend._target(run.handle).name, "Background")  # the TTL ran out
+    _wait(lambda: not cluster.store.items("pods", NAMESPACE) and not cluster.store.items("jobs.batch", NAMESPACE), 20,
+          "the Job and its pods were not collected")
+    cluster.server.denied.clear()
+
+    again = attach(run.id, store=Store(home))
+    with pytest.raises(RunFailedError) as caught:
+        again.wait(timeout=60)
+    text = str(caught.value)
+    assert "the outcome is unknown" in text and "ttlSecondsAfterFinished, 604800 s" in text
+    assert "0 of 1 ranks had reported done" in text and "NBTRAIN_K8S_TTL" in text
+
+
 def test_the_default_ttl_keeps_a_finished_job_for_a_week(k8s_backend: Any) -> None:
     bundle = capture_cell("6 * 7\n", {"__name__": "__main__"})
     directory = bundle.write(k8s_backend.store.bundles)
