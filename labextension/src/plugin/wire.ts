@@ -9,15 +9,10 @@
  * wheel): every payload is checked here once, so the views only ever see well-formed values.
  */
 
-export type RunState =
-  | "pending"
-  | "queued"
-  | "starting"
-  | "running"
-  | "stalled"
-  | "succeeded"
-  | "failed"
-  | "cancelled";
+// one definition of the run states, shared with the monitor (nbtrain/widgets/PROTOCOL.md)
+import type { RunState } from "../monitor/protocol";
+
+export type { RunState };
 
 const STATES: readonly RunState[] = [
   "pending",

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,21 +25,8 @@ from nbtrain.spec import JobSpec
 
 pytestmark = pytest.mark.slow
 
-#: Trainer's stock torch runtime, as its Helm chart renders it (no failure policy: the Job defaults).
-STOCK = yaml.safe_load("""
-apiVersion: trainer.kubeflow.org/v1alpha1
-kind: ClusterTrainingRuntime
-metadata: {name: torch-distributed}
-spec:
-  mlPolicy: {numNodes: 1, torch: {}}
-  template:
-    spec:
-      replicatedJobs:
-        - name: node
-          template:
-            metadata: {labels: {trainer.kubeflow.org/trainjob-ancestor-step: trainer}}
-            spec: {template: {spec: {containers: [{name: node, image: "pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime"}]}}}
-""")
+#: Trainer's stock torch runtime (see the file's header)
+STOCK = yaml.safe_load((Path(__file__).parents[2] / "data" / "trainer-torch-distributed-runtime.yaml").read_text())
 
 SETUP = """
 import torch as T

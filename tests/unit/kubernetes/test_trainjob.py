@@ -31,24 +31,8 @@ from nbtrain.model import RunState
 MakePlan = Callable[..., Plan]
 FAKES = Path(__file__).resolve().parents[2] / "integration" / "kubernetes"
 TRAINJOB = ("trainer-trainjobs.yaml", "v1alpha1")
-#: Trainer's stock runtime (charts/kubeflow-trainer/files/runtimes/torch-distributed.yaml at the vendored commit).
-STOCK = yaml.safe_load("""
-apiVersion: trainer.kubeflow.org/v1alpha1
-kind: ClusterTrainingRuntime
-metadata: {name: torch-distributed, labels: {trainer.kubeflow.org/framework: torch}}
-spec:
-  mlPolicy: {numNodes: 1, torch: {}}
-  template:
-    spec:
-      replicatedJobs:
-        - name: node
-          template:
-            metadata: {labels: {trainer.kubeflow.org/trainjob-ancestor-step: trainer}}
-            spec:
-              template:
-                spec:
-                  containers: [{name: node, image: "pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime"}]
-""")
+#: Trainer's stock torch runtime (see the file's header)
+STOCK = yaml.safe_load((Path(__file__).parents[2] / "data" / "trainer-torch-distributed-runtime.yaml").read_text())
 
 
 def _fake_trainer() -> ModuleType:
