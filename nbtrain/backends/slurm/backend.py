@@ -364,9 +364,7 @@ class SlurmBackend(StoreBackedBackend):
                 budget = attempt
             decision = decide_restart(job_state=job.state if job is not None else None, node_failed=None,
                                       cancelled=cancelled, attempt=attempt, restart_budget=budget,
-                                      checkpointed=_checkpointed(attempt_dir), store_unseen=unseen)
-            if decision.restart is Restart.IN_PLACE:  # cannot be: the job has ended; never a step in no allocation
-                decision = RestartDecision(Restart.NEW_ALLOCATION)
+                                      checkpointed=_checkpointed(attempt_dir), store_unseen=unseen, job_ended=True)
             note = restart_note(decision, attempt=attempt, restart_budget=budget, job_id=job_id)
             if note and decision.restart is Restart.NONE and failure is not None:
                 failure = Failure.from_dict({**failure.to_dict(), "reason": f"{failure.reason}; {note}"})

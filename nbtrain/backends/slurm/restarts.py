@@ -63,7 +63,8 @@ class RestartDecision:
 
 
 def decide_restart(*, job_state: str | None, node_failed: str | None, cancelled: bool, attempt: int,
-                   restart_budget: int, checkpointed: bool, store_unseen: bool = False) -> RestartDecision:
+                   restart_budget: int, checkpointed: bool, store_unseen: bool = False,
+                   job_ended: bool = False) -> RestartDecision:
     """What follows a FAILED attempt.
 
     ``job_state``: Slurm's ``JobState`` of the attempt's job as last read (``RUNNING`` while it runs; None when
@@ -72,7 +73,8 @@ def decide_restart(*, job_state: str | None, node_failed: str | None, cancelled:
     the last one automatic restarts may reach (``attempt + --max-restarts`` of the launch). ``checkpointed``: this
     attempt saved at least one complete checkpoint. ``store_unseen``: the job has ended and none of what its batch
     script writes (``supervisor.log``, ``supervisor.json``, ``status.json``) is in the attempt's directory as this
-    process sees it.
+    process sees it. ``job_ended``: Slurm says the job is over, whatever state it last showed (no step can start in
+    it any more: a restart that would be in place gets a new allocation).
     """
     if cancelled or attempt >= restart_budget:
         return RestartDecision(Restart.NONE)
@@ -91,7 +93,7 @@ def decide_restart(*, job_state: str | None, node_failed: str | None, cancelled:
                                              "run out of memory the same way; ask for more (--sbatch mem=... or "
                                              "--sbatch mem-per-cpu=...) and resume the run")
     if job_state in _ALIVE:
-        return RestartDecision(Restart.IN_PLACE)
+        return RestartDecision(Restart.NEW_ALLOCATION if job_ended else Restart.IN_PLACE)
     if job_state in _SCRIPT_ENDED:
         return RestartDecision(Restart.NEW_ALLOCATION)
     if job_state is None:

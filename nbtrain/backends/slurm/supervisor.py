@@ -247,9 +247,8 @@ class SlurmSupervisor(Supervisor):
                                            supervisor_log=str(self.dir / "supervisor.log"))
             attempt, budget = int(self.plan["attempt"]), int(self.plan.get("restart_budget", 0))
             self.restart = decide_restart(job_state=job.state, node_failed=None, cancelled=False, attempt=attempt,
-                                          restart_budget=budget, checkpointed=attempt_checkpointed(self.events_dir))
-            if self.restart.restart is Restart.IN_PLACE:  # not after Slurm ended the job (a state not known here)
-                self.restart = RestartDecision(Restart.NEW_ALLOCATION)
+                                          restart_budget=budget, checkpointed=attempt_checkpointed(self.events_dir),
+                                          job_ended=True)
             note = restart_note(self.restart, attempt=attempt, restart_budget=budget, job_id=self.job_id)
             if failure is not None and self.restart.restart is Restart.NONE and note:
                 failure = Failure.from_dict({**failure.to_dict(), "reason": f"{failure.reason}; {note}"})

@@ -87,3 +87,13 @@ def test_an_allocation_lost_before_the_script_wrote_anything_is_still_restarted(
     # a node that failed (to boot) before the batch script started leaves no supervisor.log on a shared store either
     assert decide_restart(job_state=state, node_failed=None, cancelled=False, attempt=0, restart_budget=1,
                           checkpointed=False, store_unseen=True).restart is Restart.NEW_ALLOCATION
+
+
+def test_a_job_slurm_says_is_over_never_restarts_in_place() -> None:
+    """A state that reads alive (COMPLETING) of a job that has ended: no step can start in it any more."""
+    ended = decide_restart(job_state="COMPLETING", node_failed=None, cancelled=False, attempt=0, restart_budget=1,
+                           checkpointed=False, job_ended=True)
+    assert ended.restart is Restart.NEW_ALLOCATION
+    alive = decide_restart(job_state="COMPLETING", node_failed=None, cancelled=False, attempt=0, restart_budget=1,
+                           checkpointed=False)
+    assert alive.restart is Restart.IN_PLACE
