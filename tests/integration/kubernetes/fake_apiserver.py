@@ -147,9 +147,9 @@ class FakeApiServer:
         self.rbac_rules: list[dict[str, Any]] | None = None  # when set, only these are allowed
         self.requests: list[tuple[str, str, str, str]] = []  # verb, group, resource, namespace
         self.deletes: list[tuple[str, str, str | None]] = []  # resource, name, propagationPolicy
-        self.log_connections: set[socket.socket] = set()  # followed pod logs open now
+        self.log_connections: dict[socket.socket, str] = {}  # followed pod logs being served now -> pod name
         self.log_requests: list[tuple[str, dict[str, str]]] = []  # pod name, query of each log request
-        self.max_log_streams = 0  # the most open at once
+        self.max_log_streams = 0  # the most open at once (a diagnostic: a preempted stream may overlap its successor)
         self._streams: set[socket.socket] = set()
         self._streams_lock = threading.Lock()
         server = self
@@ -200,6 +200,11 @@ class FakeApiServer:
             except OSError:
                 pass
         return len(sockets)
+
+    def log_streams_open(self) -> list[str]:
+        """The pods whose followed log is open now (sorted; a stream whose client has hung up does not count)."""
+        with self._streams_lock:
+            return sorted(pod for conn, pod in self.log_connections.items() if not _client_closed(conn))
 
     def compact(self) -> None:
         """Forget the watch history: watches from an older resourceVersion get 410 Gone."""
@@ -417,8 +422,8 @@ class _Handler(BaseHTTPRequestHandler):
             return
         self._start_stream()
         with self.api._streams_lock:
-            open_now = {c for c in self.api.log_connections if not _client_closed(c)}
-            open_now.add(self.connection)
+            open_now = {c: pod for c, pod in self.api.log_connections.items() if not _client_closed(c)}
+            open_now[self.connection] = name
             self.api.log_connections = open_now
             self.api.max_log_streams = max(self.api.max_log_streams, len(open_now))
         try:
@@ -433,7 +438,7 @@ class _Handler(BaseHTTPRequestHandler):
                     return
         finally:
             with self.api._streams_lock:
-                self.api.log_connections.discard(self.connection)
+                self.api.log_connections.pop(self.connection, None)
             self._end_stream()
 
 
