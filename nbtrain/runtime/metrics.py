@@ -33,12 +33,24 @@ class StepBudgetReached(SystemExit):
         self.steps = steps
 
 
-def log(step: int | None = None, total: int | None = None, **values: Any) -> None:
-    """Report metric ``values`` at ``step`` from this rank; ``total`` (steps in the run) drives progress.
+LOG_FORMS = ("nbtrain.log({\"loss\": 0.5}, step=3) (a mapping, as wandb.log, accelerator.log and "
+             "mlflow.log_metrics take it) or nbtrain.log(step=3, loss=0.5) (keywords)")
 
+
+def log(values: Mapping[str, Any] | None = None, /, step: int | None = None, total: int | None = None,
+        **metrics: Any) -> None:
+    """Report metric values at ``step`` from this rank; ``total`` (steps in the run) drives progress.
+
+    Two forms, the same result: ``nbtrain.log({"loss": 0.5}, step=3)`` (a mapping first, the form
+    ``wandb.log``, ``accelerator.log`` and ``mlflow.log_metrics`` use; ``step`` may follow positionally)
+    and ``nbtrain.log(step=3, loss=0.5)`` (keywords). Both may be combined; a key given twice is an error.
+    A call in neither form (a first argument that is not a mapping, a step that is not a whole number)
+    raises TypeError naming both forms, inside a run and outside it.
     Values must be numbers (Python, numpy or 0-d tensors); others are skipped with one notice per key.
     Outside an nbtrain run (e.g. in the notebook itself) this does nothing.
     """
+    merged = _merge_values(values, metrics)
+    _check_step(step)
     ctx = context.current()
     if ctx is None:
         global _warned_outside
@@ -48,7 +60,34 @@ def log(step: int | None = None, total: int | None = None, **values: Any) -> Non
 
             warnings.warn("nbtrain.log() called outside an nbtrain run: values are not recorded.", stacklevel=2)
         return
-    record(values, step, total)
+    record(merged, step, total)
+
+
+def _merge_values(values: Mapping[str, Any] | None, metrics: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The values of one ``log`` call: the mapping, the keywords, or both (no key in both)."""
+    if values is None:
+        return metrics
+    if not isinstance(values, Mapping):
+        raise TypeError(f"nbtrain.log() takes a mapping of metric values first, not {type(values).__name__} "
+                        f"{values!r}: call {LOG_FORMS}.")
+    twice = sorted(set(map(str, values)) & set(metrics))
+    if twice:
+        raise TypeError(f"nbtrain.log() got metric(s) {', '.join(map(repr, twice))} both in the mapping and as "
+                        f"keywords: give each once, as {LOG_FORMS}.")
+    return {**values, **metrics} if metrics else values
+
+
+def _check_step(step: Any) -> None:
+    """Refuse a step that is not a whole number (e.g. the metrics passed where the step goes)."""
+    if step is None:
+        return
+    try:
+        whole = not isinstance(step, (str, bytes, Mapping)) and int(step) == step
+    except (TypeError, ValueError, RuntimeError):
+        whole = False
+    if not whole:
+        raise TypeError(f"nbtrain.log() step must be a whole number, not {type(step).__name__} {step!r}: "
+                        f"call {LOG_FORMS}.")
 
 
 def record(values: Mapping[str, Any], step: int | None, total: int | None = None) -> None:

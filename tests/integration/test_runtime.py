@@ -57,15 +57,17 @@ def test_tampered_bundle_is_refused_before_unpickling(home: Path, tmp_path: Path
     assert not marker.exists(), "the worker unpickled a tampered bundle"
 
 
-def test_metrics_from_nbtrain_log_and_environment_reports(shell: Any, run_cell: Any) -> None:
+def test_metrics_from_nbtrain_log_in_both_forms_and_environment_reports(shell: Any, run_cell: Any) -> None:
     run_cell('''%%distributed --nodes 1 --gpus 2 --name logged --out run --block
 import nbtrain
 from accelerate import Accelerator
 accelerator = Accelerator()
 for step in range(5):
     nbtrain.log(step=step, total=5, accuracy=step / 10, rank_seen=accelerator.process_index)
+    nbtrain.log({"loss": 1.0 / (step + 1)}, step=step)  # the form wandb.log / accelerator.log take
 ''')
     run = shell.user_ns["run"]
+    assert run.metrics(1)["loss"] == [(s, 1.0 / (s + 1)) for s in range(5)]
     assert run.metrics(0)["accuracy"] == [(s, s / 10) for s in range(5)]
     assert run.metrics(1)["rank_seen"][-1] == (4, 1.0)
     assert run.view.total == 5
