@@ -20,14 +20,17 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar
 
+from nbtrain.contract import Capabilities, Plan, Request, RunCursor, RunHandle
 from nbtrain.events import Event
 from nbtrain.model import Batch, Failure, LogLine, LogPage, RunState, RunStatus
 from nbtrain.spec import JobSpec
 from nbtrain.store import Store
+
+if TYPE_CHECKING:
+    from nbtrain.doctor import Check
 
 __all__ = [
     "Backend",
@@ -37,98 +40,13 @@ __all__ = [
     "LogLine",
     "LogPage",
     "Plan",
+    "Request",
     "RunCursor",
     "RunHandle",
     "RunState",
     "RunStatus",
     "StoreBackedBackend",
 ]
-
-
-@dataclass(frozen=True)
-class RunHandle:
-    """What a backend needs to find ONE ATTEMPT of a run again (saved in the RunRecord; survives kernel restarts).
-
-    ``data["attempt"]`` is the attempt this handle follows. ``submit`` returns the handle of the attempt it
-    started, and that is the handle the run keeps from then on (resume replaces it).
-    """
-
-    backend: str
-    run_id: str
-    data: Mapping[str, Any] = field(default_factory=dict)
-
-    @property
-    def attempt(self) -> int:
-        """The attempt this handle follows (0 for the first launch)."""
-        return int(self.data.get("attempt", 0))
-
-
-@dataclass(frozen=True)
-class Capabilities:
-    """What a backend can do beyond the generic options. :meth:`Backend.plan` refuses, before anything starts,
-    what it rules out (:func:`nbtrain.flags.unsupported_options` reads it).
-
-    ``restarts``: ``--max-restarts`` restarts a failed gang from its latest checkpoint.
-    ``checkpoints``: ``nbtrain.save_checkpoint`` has a directory every rank shares (``--checkpoint-dir``,
-    ``--keep-checkpoints``). ``gpus``: ranks can be given GPUs (else ``--device gpu`` is refused).
-    ``multi_node``: more than one node per gang (else ``--nodes`` above 1 is refused).
-    ``shared_store``: ranks write events, logs and the result into the store directly (else they travel
-    through the backend's own log channel and are mirrored into the store); informational.
-    ``options``: flags of backend-specific options of the table (``nbtrain.flags.OPTIONS``, e.g. ``"--image"``,
-    ``"--stall-after"``) that this backend honours although the table does not name it: how a backend installed
-    later declares them. The built-in backends are named by the table and declare none here.
-    """
-
-    restarts: bool
-    checkpoints: bool
-    gpus: bool
-    multi_node: bool
-    shared_store: bool
-    options: frozenset[str] = frozenset()
-
-
-@dataclass(frozen=True)
-class Plan:
-    """A dry run: everything ``submit`` will do, printable, with no side effect yet.
-
-    ``request`` is the backend's own request object (local: one command line per node; Kubernetes:
-    the manifests). ``notices`` are one-time facts the user should see (e.g. "no GPU: CPU/gloo").
-    """
-
-    backend: str
-    run_id: str
-    spec: JobSpec
-    bundle_digest: str
-    bundle_dir: str
-    request: Mapping[str, Any]
-    notices: tuple[str, ...] = ()
-    attempt: int = 0
-
-    def render(self) -> str:
-        """Human-readable plan (what ``--dry-run`` prints after the capture report)."""
-        lines = [
-            f"backend:   {self.backend}",
-            f"run id:    {self.run_id} (not submitted)" + (f", attempt {self.attempt}" if self.attempt else ""),
-            f"gang:      {self.spec.nodes} node(s) x {self.spec.procs} process(es) = world size {self.spec.world_size}",
-            f"bundle:    {self.bundle_digest[:16]} at {self.bundle_dir}",
-        ]
-        lines += [f"note:      {n}" for n in self.notices]
-        describe = self.request.get("describe")
-        if isinstance(describe, str):
-            lines.append(describe)
-        return "\n".join(lines)
-
-
-class RunCursor(Protocol):
-    """An incremental reader over one run's events and log lines, from the start of the first attempt.
-
-    Each event and each line is returned by exactly one ``poll`` (the cursor keeps its position),
-    so a watcher that polls until the run is terminal sees everything exactly once.
-    """
-
-    def poll(self, *, max_lines: int = 50_000) -> Batch:
-        """Everything new since the previous poll (non-blocking). ``max_lines=0`` skips log lines."""
-        ...
 
 
 class Backend(abc.ABC):
@@ -149,8 +67,11 @@ class Backend(abc.ABC):
     - Every backend-specific option of the others is refused by :meth:`plan` automatically, naming the option and
       this backend; honour one by declaring it in ``capabilities`` (``options``, or ``checkpoints``/``restarts``
       for the checkpoint options), and ``multi_node``/``gpus`` False refuse ``--nodes`` above 1 and ``--device gpu``.
-    - ``_plan`` is pure: it returns a :class:`Plan` whose ``request`` is the backend's own request object and
-      whose ``request["describe"]`` is what ``--dry-run`` prints; it starts and writes nothing.
+    - ``_plan`` is pure: it returns a :class:`Plan` whose ``request`` is the backend's own request object (a
+      frozen dataclass satisfying :class:`nbtrain.contract.Request`) whose ``describe`` is what ``--dry-run``
+      prints; it starts and writes nothing. ``plan_restart`` plans an automatic restart (``capabilities.restarts``).
+    - Hooks with defaults: ``close`` (background threads), ``doctor_checks`` (``nbtrain doctor``), ``check_export``
+      (``nbtrain validate``/export), ``before_log_read`` (mirroring backends).
     - Ranks report through the store layout (``runs/<id>/attempts/<n>/{events,logs}``): subclass
       :class:`StoreBackedBackend` and cursors, events, paged logs and the run list come for free.
     - The contract suite (``tests/contract``) runs on it once it registers a fixture there.
@@ -196,6 +117,52 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def _plan(self, spec: JobSpec, bundle_dir: str, bundle_digest: str, run_id: str, *, attempt: int) -> Plan:
         """The backend's own dry run (``spec`` is already known to be supported)."""
+
+    def plan_restart(self, spec: JobSpec, bundle_dir: str, bundle_digest: str, run_id: str, *, attempt: int,
+                     restart_budget: int, previous: Any = None) -> Plan:
+        """The plan of automatic restart ``attempt`` of ``run_id`` (the gang engine's; pure like :meth:`plan`).
+
+        Called by whoever restarts a failed attempt (the supervisor of a local or Slurm gang, the Kubernetes
+        attempt follower) with the run's ``spec`` and bundle; ``restart_budget`` is the last attempt number the
+        run's automatic restarts may reach (the first attempt's, unchanged); ``previous`` is the failed attempt's
+        request (the backend's own request type, or its ``plan.json`` mapping), from which a backend keeps what the
+        restart must not decide again (the device Slurm chose, the working directory). The same checkpoint root
+        as the earlier attempts. The options were checked when the run was first planned: they are not refused
+        again, only the backend's own facts are. Default: refused (a backend without ``capabilities.restarts``).
+        """
+        from nbtrain.errors import BackendError
+
+        raise BackendError(f"the {self.name} backend does not restart runs (capabilities.restarts is "
+                           f"{self.capabilities.restarts}): attempt {attempt} of {run_id} cannot be planned; "
+                           "resume the run by hand")
+
+    # -- hooks: what used to be name branches outside the backends (defaults: nothing to do) ------------------
+    def close(self, timeout_s: float = 10.0) -> None:
+        """Stop this backend's background work in this process (threads, log mirrors) within ``timeout_s``.
+
+        Called when the process that used the backend is about to exit (the tracking agent, the kernel's
+        shutdown). Idempotent; a run is never ended by it (another process takes its following over). Default:
+        nothing runs in the background.
+        """
+        return None
+
+    def doctor_checks(self, settings: Mapping[str, Any]) -> list[Check]:
+        """This backend's own checks for ``nbtrain doctor`` (client, controller, access, shared store), in order.
+
+        ``settings``: the backend's section of ./nbtrain.toml (``[<name>]``) with the command line's values over
+        it (e.g. ``{"partition": "gpu"}`` for Slurm). Each check names what failed, the value and the fix; a check
+        that cannot run because an earlier one failed says so. Bounded in time (short timeouts). Default: none.
+        """
+        return []
+
+    def check_export(self, spec: JobSpec, bundle: Any) -> str | None:
+        """Check, starting nothing, that ``spec`` (with the captured ``bundle``) would run here as exported.
+
+        Used by ``nbtrain validate`` and export: e.g. the Kubernetes backend renders and schema-checks its
+        manifests. Returns a one-line summary for the report, or None when this backend has nothing of its own
+        to check. Raises SpecError naming the option and the fix for what this backend refuses. Default: None.
+        """
+        return None
 
     # -- I/O ------------------------------------------------------------------------------------
     @abc.abstractmethod
@@ -294,11 +261,16 @@ class StoreBackedBackend(Backend):
 
         if rank < 0:
             return LogPage()
-        self._before_log_read(handle)
+        self.before_log_read(handle)
         return read_page(self.log_path(handle, rank, attempt), start, limit)
 
-    def _before_log_read(self, handle: RunHandle) -> None:
-        """Hook: make sure the store copy of the logs is current (mirroring backends). Default: nothing."""
+    def before_log_read(self, handle: RunHandle) -> None:
+        """Hook called before every paged log read of ``handle``: make the store's copy of its logs current.
+
+        A backend whose ranks write the store directly has nothing to do (the default). A mirroring backend
+        (Kubernetes) copies a finished pod's log into the store first, waiting a bounded time; it never raises
+        for a log that cannot be copied (the page then shows what the store has).
+        """
         return None
 
     def list(self) -> list[RunHandle]:

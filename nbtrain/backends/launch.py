@@ -9,11 +9,15 @@ several nodes need one launcher each with ``--num_machines/--machine_rank/--main
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
+from nbtrain.backends.hang import effective_stall_after
+from nbtrain.runtime.rankenv import rank_env
 from nbtrain.spec import JobSpec, MixedPrecision, Strategy
 
-__all__ = ["LaunchTarget", "accelerate_argv", "device_env"]
+__all__ = ["LaunchTarget", "accelerate_argv", "device_env", "launcher_env"]
 
 
 @dataclass(frozen=True)
@@ -94,3 +98,16 @@ def device_env(use_gpu: bool, gpu_ids: tuple[str, ...] = ()) -> dict[str, str]:
     if use_gpu:
         return {"CUDA_VISIBLE_DEVICES": ",".join(gpu_ids), "ACCELERATE_USE_CPU": "0"}
     return {"ACCELERATE_USE_CPU": "1", "CUDA_VISIBLE_DEVICES": ""}
+
+
+def launcher_env(spec: JobSpec, *, run_id: str, attempt: int, checkpoint_dir: str, attempt_dir: Path | None,
+                 node_rank: int | None = None, devices: Mapping[str, str] = {}, omp_threads: int = 1) -> dict[str, str]:
+    """The environment of one node's launcher for ``spec`` (:func:`nbtrain.runtime.rankenv.rank_env` with the
+    spec's values): events, logs and the result in ``attempt_dir`` (None: the ranks do not see the store)."""
+    return rank_env(
+        run_id=run_id, attempt=attempt, collective_timeout_s=spec.collective_timeout_s, tracked=spec.tracking,
+        stall_s=effective_stall_after(spec.stall_after_s, spec.hang_timeout_s), checkpoint_dir=checkpoint_dir,
+        keep_checkpoints=spec.keep_checkpoints, user_env=spec.env, device_env=devices, node_rank=node_rank,
+        events_dir=None if attempt_dir is None else str(attempt_dir / "events"),
+        logs_dir=None if attempt_dir is None else str(attempt_dir / "logs"),
+        result_path=None if attempt_dir is None else str(attempt_dir / "result.pkl"), omp_threads=omp_threads)

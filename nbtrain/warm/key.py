@@ -16,14 +16,10 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from nbtrain.runtime.rankenv import PER_RUN_ENV
+
 __all__ = ["IMPORT_TIME_ENV", "PER_RUN_ENV", "changed", "gang_key"]
 
-#: Variables of the rank environment that name one run's files or limits (read by the worker per run).
-PER_RUN_ENV = frozenset({
-    "NBTRAIN_RUN_ID", "NBTRAIN_ATTEMPT", "NBTRAIN_EVENTS_DIR", "NBTRAIN_LOGS_DIR", "NBTRAIN_RESULT_PATH",
-    "NBTRAIN_CHECKPOINT_DIR", "NBTRAIN_KEEP_CHECKPOINTS", "NBTRAIN_STALL_S", "NBTRAIN_COLLECTIVE_TIMEOUT",
-    "NBTRAIN_HEARTBEAT_S", "NBTRAIN_PARAMS",
-})
 #: Variables read when torch/Accelerate/NCCL are imported or initialised: a change needs new processes.
 IMPORT_TIME_ENV = re.compile(r"^(CUDA_|NCCL_|OMP_|MKL_|KMP_|GLOO_|TORCH_|PYTORCH_|ACCELERATE_|HF_|LD_|NVIDIA_|"
                              r"ROCR_|HIP_|PYTHON(PATH|HASHSEED|OPTIMIZE|WARNINGS)$)")

@@ -10,7 +10,6 @@ Every process of a gang (agents and what they forked) carries ``NBTRAIN_WARM_GAN
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -19,13 +18,14 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from nbtrain.backends.local import procs
 from nbtrain.errors import BackendError, NbtrainError
+from nbtrain.filelock import locked
 from nbtrain.runtime import watchdog
 from nbtrain.store import Store, write_json_atomic
 from nbtrain.warm import key as gang_key
@@ -77,16 +77,6 @@ def _root(store: Store) -> Path:
     return root
 
 
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
-
-
 def _reap() -> None:
     for child in list(_children):
         if child.poll() is not None:
@@ -133,14 +123,14 @@ def acquire(store: Store, key: str, facts: dict[str, Any], *, run_id: str, ttl_s
     _reap()
     root = _root(store)
     owner = watchdog.identity()
-    with _locked(root / ".lock"):
+    with locked(root / ".lock"):
         for gang_dir in sorted(p for p in root.iterdir() if p.is_dir()):
             gang = read_json(gang_dir / "gang.json")
             if gang.get("key") != key or gang.get("owner") != owner or (gang_dir / "stop").exists():
                 continue
             if not (_agents_alive(gang_dir, int(gang.get("nodes", 0))) or _starting(gang)):
                 continue
-            with _locked(gang_dir / "lock"):
+            with locked(gang_dir / "lock"):
                 gang = read_json(gang_dir / "gang.json")
                 claim = gang.get("claim") or {}
                 if _claim_live(claim):
@@ -243,7 +233,7 @@ def _start_agents(gang_dir: Path, nodes: int, python: str) -> None:
             os.close(log)
         _children.append(child)
         pids.append(watchdog.identity(child.pid))
-    with _locked(gang_dir / "lock"):
+    with locked(gang_dir / "lock"):
         gang = read_json(gang_dir / "gang.json")
         gang["starting"] = pids
         write_json_atomic(gang_dir / "gang.json", gang)
@@ -293,7 +283,7 @@ def note_supervisor(gang_dir: Path, run_id: str, identity: str) -> list[str]:
     Returns, once, what the gang has to tell this run's monitor: why the previous run's ranks were ended early
     (the gang was recycled), and which gangs this gang's start replaced (:func:`acquire`).
     """
-    with _locked(gang_dir / "lock"):
+    with locked(gang_dir / "lock"):
         gang = read_json(gang_dir / "gang.json")
         claim = gang.get("claim") or {}
         if claim.get("run_id") != run_id:
@@ -311,7 +301,7 @@ def note_supervisor(gang_dir: Path, run_id: str, identity: str) -> list[str]:
 
 def next_generation(gang_dir: Path) -> int:
     """A new generation number of the gang (one per attempt it runs)."""
-    with _locked(gang_dir / "lock"):
+    with locked(gang_dir / "lock"):
         gang = read_json(gang_dir / "gang.json")
         gang["generation"] = int(gang.get("generation", 0)) + 1
         write_json_atomic(gang_dir / "gang.json", gang)
@@ -320,7 +310,7 @@ def next_generation(gang_dir: Path) -> int:
 
 def release(gang_dir: Path, run_id: str, *, recycled: str | None = None, generation: int = 0) -> None:
     """``run_id`` is done with the gang; ``recycled``: why its ranks (of ``generation``) were recycled (shown)."""
-    with _locked(gang_dir / "lock"):
+    with locked(gang_dir / "lock"):
         gang = read_json(gang_dir / "gang.json")
         if not gang:
             return

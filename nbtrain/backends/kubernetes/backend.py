@@ -195,7 +195,7 @@ class KubernetesBackend(StoreBackedBackend):
         return Plan(self.name, run_id, spec, bundle_digest, bundle_dir, request, tuple(notices), attempt)
 
     def plan_restart(self, spec: JobSpec, bundle_dir: str, bundle_digest: str, run_id: str, *, attempt: int,
-                     restart_budget: int) -> Plan:
+                     restart_budget: int, previous: Any = None) -> Plan:
         """The plan of an automatic restart (:mod:`.attempts`): the same checkpoint root, the original budget."""
         from nbtrain.flags import check_supported
 
@@ -361,7 +361,7 @@ class KubernetesBackend(StoreBackedBackend):
         """A cursor over every attempt's mirrored events and rank logs, from the beginning."""
         return _KubeCursor(self, handle)
 
-    def _before_log_read(self, handle: RunHandle) -> None:
+    def before_log_read(self, handle: RunHandle) -> None:
         """A finished pod's log is copied into the store first (bounded wait)."""
         if "name" not in handle.data:
             return

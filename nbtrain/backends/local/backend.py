@@ -27,8 +27,7 @@ from nbtrain.backends.accelerate_config import (
     team_notice,
 )
 from nbtrain.backends.base import Capabilities, Plan, RunHandle, StoreBackedBackend
-from nbtrain.backends.hang import effective_stall_after
-from nbtrain.backends.launch import LaunchTarget, accelerate_argv, device_env
+from nbtrain.backends.launch import LaunchTarget, accelerate_argv, device_env, launcher_env
 from nbtrain.backends.local import procs
 from nbtrain.backends.local.gpus import GpuInventory, detect_gpus
 from nbtrain.backends.local.ports import free_port
@@ -39,9 +38,7 @@ from nbtrain.backends.storecursor import attempt_numbers
 from nbtrain.errors import BackendError, EnvironmentProblem, SpecError
 from nbtrain.events import EventKind, EventWriter
 from nbtrain.model import Failure, RunState, RunStatus
-from nbtrain.runtime import context as rt
 from nbtrain.runtime import watchdog
-from nbtrain.runtime.progress import ENV_STALL_S
 from nbtrain.spec import Device, JobSpec, Strategy
 from nbtrain.storage.checkpoints import run_checkpoint_root
 from nbtrain.store import Store, private_dir, write_json_atomic
@@ -160,24 +157,9 @@ class LocalBackend(StoreBackedBackend):
         launchers: list[dict[str, Any]] = []
         for node in range(spec.nodes):
             ids = inventory.ids[node * spec.procs : (node + 1) * spec.procs] if use_gpu else ()
-            env = {
-                **spec.env,
-                **device_env(use_gpu, tuple(ids)),
-                procs.MARKER: run_id,
-                rt.ENV_RUN_ID: run_id,
-                rt.ENV_ATTEMPT: str(attempt),
-                rt.ENV_EVENTS_DIR: str(events_dir),
-                rt.ENV_LOGS_DIR: str(logs_dir),
-                rt.ENV_RESULT_PATH: str(attempt_dir / "result.pkl"),
-                rt.ENV_NODE_RANK: str(node),
-                rt.ENV_COLLECTIVE_TIMEOUT: str(spec.collective_timeout_s),
-                rt.ENV_TRACKED: "1" if spec.tracking else "0",
-                ENV_STALL_S: str(effective_stall_after(spec.stall_after_s, spec.hang_timeout_s)),
-                "NBTRAIN_CHECKPOINT_DIR": self.checkpoint_root(spec, run_id),
-                "NBTRAIN_KEEP_CHECKPOINTS": str(spec.keep_checkpoints),
-                "PYTHONUNBUFFERED": "1",
-            }
-            env.setdefault("OMP_NUM_THREADS", str(threads))
+            env = launcher_env(spec, run_id=run_id, attempt=attempt, checkpoint_dir=self.checkpoint_root(spec, run_id),
+                               attempt_dir=attempt_dir, node_rank=node, devices=device_env(use_gpu, tuple(ids)),
+                               omp_threads=threads)
             argv = accelerate_argv(
                 spec, python=self.python, use_gpu=use_gpu, node_rank=node,
                 main_address="127.0.0.1", main_port=port, target=target, config_file=str(config_path),
@@ -221,8 +203,9 @@ class LocalBackend(StoreBackedBackend):
         return Plan(self.name, run_id, spec, bundle_digest, bundle_dir, request, tuple(notices), attempt)
 
     def plan_restart(self, spec: JobSpec, bundle_dir: str, bundle_digest: str, run_id: str, *, attempt: int,
-                     restart_budget: int) -> Plan:
-        """The plan of an automatic restart (the supervisor's): same checkpoint root, the original restart budget."""
+                     restart_budget: int, previous: Any = None) -> Plan:
+        """See :meth:`Backend.plan_restart`: same checkpoint root, the original restart budget (``previous`` unused:
+        the device and ports are chosen again on this machine)."""
         return self._plan(spec, bundle_dir, bundle_digest, run_id, attempt=attempt, restart_budget=restart_budget)
 
     # -- I/O --------------------------------------------------------------------------------------

@@ -26,14 +26,11 @@ environment (``NBTRAIN_PYTHON``, default: this interpreter).
 from __future__ import annotations
 
 import dataclasses
-import fcntl
 import importlib.util
 import os
 import signal
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -46,8 +43,7 @@ from nbtrain.backends.accelerate_config import (
     team_notice,
 )
 from nbtrain.backends.base import Capabilities, Plan, RunHandle, StoreBackedBackend
-from nbtrain.backends.hang import effective_stall_after
-from nbtrain.backends.launch import LaunchTarget, accelerate_argv
+from nbtrain.backends.launch import LaunchTarget, accelerate_argv, launcher_env
 from nbtrain.backends.local.backend import write_attempt_files
 from nbtrain.backends.slurm import cli
 from nbtrain.backends.slurm.jobstate import JobInfo, queued_detail, slurm_verdict
@@ -56,11 +52,11 @@ from nbtrain.backends.slurm.script import batch_script, sbatch_options
 from nbtrain.backends.statusfile import read_status as _read_status
 from nbtrain.backends.statusfile import status_from as _stored
 from nbtrain.backends.storecursor import attempt_numbers
-from nbtrain.errors import EnvironmentProblem, SpecError
+from nbtrain.errors import BackendError, EnvironmentProblem, SpecError
 from nbtrain.events import EventKind, EventWriter
+from nbtrain.filelock import try_locked
 from nbtrain.model import Failure, RunState, RunStatus
 from nbtrain.runtime import context as rt
-from nbtrain.runtime.progress import ENV_STALL_S
 from nbtrain.spec import Device, JobSpec
 from nbtrain.storage.checkpoints import run_checkpoint_root
 from nbtrain.store import Store, read_json, write_json_atomic
@@ -159,21 +155,8 @@ class SlurmBackend(StoreBackedBackend):
         config_text = render(config)
         if team is not None:
             notices.append(team_notice(str(spec.accelerate_config), source))
-        env = {
-            **spec.env,
-            rt.ENV_RUN_ID: run_id,
-            rt.ENV_ATTEMPT: str(attempt),
-            rt.ENV_EVENTS_DIR: str(events_dir),
-            rt.ENV_LOGS_DIR: str(logs_dir),
-            rt.ENV_RESULT_PATH: str(attempt_dir / "result.pkl"),
-            rt.ENV_COLLECTIVE_TIMEOUT: str(spec.collective_timeout_s),
-            rt.ENV_TRACKED: "1" if spec.tracking else "0",
-            ENV_STALL_S: str(effective_stall_after(spec.stall_after_s, spec.hang_timeout_s)),
-            "NBTRAIN_CHECKPOINT_DIR": self.checkpoint_root(spec, run_id),
-            "NBTRAIN_KEEP_CHECKPOINTS": str(spec.keep_checkpoints),
-            "PYTHONUNBUFFERED": "1",
-        }
-        env.setdefault("OMP_NUM_THREADS", "1")
+        env = launcher_env(spec, run_id=run_id, attempt=attempt, checkpoint_dir=self.checkpoint_root(spec, run_id),
+                           attempt_dir=attempt_dir)
         options = sbatch_options(spec, use_gpu=use_gpu, job_name=f"nbtrain-{run_id}",
                                  output=str(attempt_dir / "supervisor.log"), chdir=cwd)
         script = batch_script(options, python=self.python, attempt_dir=str(attempt_dir), run_id=run_id)
@@ -204,11 +187,14 @@ class SlurmBackend(StoreBackedBackend):
         return Plan(self.name, run_id, spec, bundle_digest, bundle_dir, request, tuple(notices), attempt)
 
     def plan_restart(self, spec: JobSpec, bundle_dir: str, bundle_digest: str, run_id: str, *, attempt: int,
-                     restart_budget: int, use_gpu: bool, cwd: str | None = None) -> Plan:
-        """The plan of an automatic restart (no Slurm query: the same request already ran), in the working directory
-        ``cwd`` of the attempt it follows."""
+                     restart_budget: int, previous: Any = None) -> Plan:
+        """See :meth:`Backend.plan_restart`: no Slurm query (the same request already ran); the device and the
+        working directory of the attempt it follows (``previous``, its request) are kept."""
+        if previous is None:
+            raise BackendError(f"a Slurm restart keeps the device and directory of the attempt it follows: attempt "
+                               f"{attempt} of {run_id} was planned without the previous attempt's request")
         return self._plan(spec, bundle_dir, bundle_digest, run_id, attempt=attempt, restart_budget=restart_budget,
-                          use_gpu=use_gpu, check=False, cwd=cwd)
+                          use_gpu=bool(previous["use_gpu"]), check=False, cwd=str(previous["cwd"]))
 
     # -- I/O --------------------------------------------------------------------------------------
     def submit(self, plan: Plan) -> RunHandle:
@@ -302,7 +288,7 @@ class SlurmBackend(StoreBackedBackend):
             if job is not None and not job.ended:
                 return False
         root = self.store.attempt_dir(run_id, attempt)
-        with _claimed(root) as mine:
+        with try_locked(root / CLAIM_FILE) as mine:
             if not mine:
                 return False  # another process is submitting it
             return self._restart_claimed(run_id, root, attempt, job)
@@ -332,8 +318,8 @@ class SlurmBackend(StoreBackedBackend):
             spec = _without_node(JobSpec.from_dict(plan["spec"]), data.get("lost_node"))
             if not Path(plan["bundle_dir"]).is_dir():
                 raise EnvironmentProblem(f"the bundle {plan['bundle_dir']} is gone from the store")
-            new = self._plan(spec, plan["bundle_dir"], plan["bundle_digest"], run_id, attempt=attempt + 1,
-                             restart_budget=budget, use_gpu=bool(plan["use_gpu"]), check=False, cwd=plan["cwd"])
+            new = self.plan_restart(spec, plan["bundle_dir"], plan["bundle_digest"], run_id, attempt=attempt + 1,
+                                    restart_budget=budget, previous=plan)
             submitted = self.submit(new)
         except Exception as error:  # noqa: BLE001 - whatever stops the restart becomes the verdict, never a hang
             reason = f"{failure.reason}; the automatic restart (attempt {attempt + 1}) could not be submitted: {error}"
@@ -460,22 +446,6 @@ def _checkpointed(attempt_dir: Path) -> bool:
     from nbtrain.backends.slurm.supervisor import attempt_checkpointed
 
     return attempt_checkpointed(attempt_dir / "events")
-
-
-@contextmanager
-def _claimed(root: Path) -> Iterator[bool]:
-    """Hold the restart claim of the failed attempt in ``root`` (True), or False while another process holds it.
-    The lock goes with the descriptor: released on leaving, or when its holder dies."""
-    fd = os.open(root / CLAIM_FILE, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            yield False
-            return
-        yield True
-    finally:
-        os.close(fd)
 
 
 def _final(root: Path, attempt: int, state: RunState, failure: Failure | None, reason: str) -> None:

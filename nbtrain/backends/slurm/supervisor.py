@@ -282,7 +282,7 @@ def next_attempt(plan: dict[str, Any]) -> Path:
     attempt = int(plan["attempt"]) + 1
     new = SlurmBackend(store).plan_restart(JobSpec.from_dict(plan["spec"]), plan["bundle_dir"], plan["bundle_digest"],
                                            plan["run_id"], attempt=attempt, restart_budget=int(plan["restart_budget"]),
-                                           use_gpu=bool(plan["use_gpu"]), cwd=str(plan["cwd"]))
+                                           previous=plan)
     # the job id first: a reader that finds the new attempt's directory knows at once which job runs it
     root = private_dir(Path(new.request["attempt_dir"]))
     write_json_atomic(root / SLURM_FILE, {"job_id": os.environ.get("SLURM_JOB_ID", "")})  # the same job runs it
