@@ -14,12 +14,13 @@ from collections.abc import Mapping
 from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from typing import Any
 
+from nbtrain.backends.slurm.sbatchopts import reserved_reason, resolve_option
 from nbtrain.errors import SpecError
 from nbtrain.registry import backend_names, unknown_backend
 
 __all__ = [
     "FLAVORS", "LIMITS", "NUMBER_LIMITS", "STRATEGY_OPTIONS", "Device", "FsdpSharding", "FsdpStateDict",
-    "FsdpWrap", "JobSpec", "MixedPrecision", "Strategy", "ZeroOffload", "choices_of", "split_volume",
+    "FsdpWrap", "JobSpec", "MixedPrecision", "Strategy", "ZeroOffload", "choices_of", "sbatch_lines", "split_volume",
 ]
 
 _NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -379,12 +380,6 @@ _SLURM_VALUE_RE = re.compile(r"^[A-Za-z0-9_.,:@%+=/\[\]|&!*()-]+$")
 _SLURM_OPTION_RE = re.compile(r"^[a-z][a-z0-9-]*$")
 _SLURM_TIME_RE = re.compile(r"^(\d+|\d+:\d{1,2}|\d+:\d{1,2}:\d{1,2}|\d+-\d{1,2}|\d+-\d{1,2}:\d{1,2}|"
                             r"\d+-\d{1,2}:\d{1,2}:\d{1,2}|UNLIMITED|INFINITE)$")
-# #SBATCH options nbtrain sets itself (the gang's shape, where output goes): --sbatch may not change them.
-SLURM_RESERVED = frozenset({"nodes", "ntasks", "ntasks-per-node", "output", "error", "chdir", "export", "job-name",
-                            "wrap", "array", "gres", "gpus-per-node", "cpus-per-task", "requeue", "no-requeue",
-                            "partition", "account", "qos", "time", "constraint", "reservation", "exclusive", "N", "n"})
-
-
 def _check_slurm(spec: JobSpec) -> None:
     for flag, value in (("--partition", spec.partition), ("--account", spec.account), ("--qos", spec.qos),
                         ("--constraint", spec.constraint), ("--reservation", spec.reservation)):
@@ -394,14 +389,32 @@ def _check_slurm(spec: JobSpec) -> None:
     if spec.time_limit is not None and not _SLURM_TIME_RE.match(str(spec.time_limit)):
         raise SpecError(f"--time: {spec.time_limit!r} is not a Slurm time limit; use MINUTES, HH:MM:SS or "
                         "DAYS-HH[:MM[:SS]] (e.g. 30, 2:00:00, 1-12).")
-    for name, value in spec.sbatch_options.items():
+    object.__setattr__(spec, "sbatch_options", sbatch_lines(spec.sbatch_options))
+
+
+def sbatch_lines(options: Mapping[str, str]) -> dict[str, str]:
+    """``--sbatch`` pairs keyed by the sbatch option each key is (getopt_long's prefix rules, a later key winning,
+    as on ``#SBATCH`` lines: :mod:`nbtrain.backends.slurm.sbatchopts`).
+
+    Raises SpecError naming the key as typed for a malformed pair, an ambiguous or unknown key, and a key that
+    resolves to an option nbtrain sets itself or an nbtrain option owns (``part=`` is ``--partition``).
+    """
+    lines: dict[str, str] = {}
+    for name, value in options.items():
         if not _SLURM_OPTION_RE.match(name) or (value and not _SLURM_VALUE_RE.match(value)):
             raise SpecError(f"--sbatch: {name}={value!r} must be OPTION=VALUE with a long sbatch option name "
                             "(e.g. mem-per-cpu=2G) and a value without spaces or quotes.")
-        if name in SLURM_RESERVED:
-            raise SpecError(f"--sbatch: {name} is set by nbtrain or has its own option (--nodes, --gpus, --partition, "
-                            f"--account, --qos, --time, --constraint, --reservation, --exclusive); drop {name}= "
-                            "from --sbatch.")
+        option = resolve_option(name)
+        why = reserved_reason(option)
+        if why is not None:
+            read = f"sbatch reads {name} as --{option}: " if option != name else ""
+            if why.startswith("--"):
+                raise SpecError(f"--sbatch {name}={value}: {read}nbtrain sets --{option} from its own option {why} "
+                                f"(which a profile may lock); use {why} and drop {name}= from --sbatch.")
+            raise SpecError(f"--sbatch {name}={value}: {read}--{option} sets {why}; drop {name}= from --sbatch.")
+        lines.pop(option, None)  # a later line wins, and stands where it is written
+        lines[option] = value
+    return lines
 
 
 def _check_int(flag: str, value: object, low: int, high: int) -> None:

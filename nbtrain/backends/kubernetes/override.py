@@ -8,8 +8,8 @@ The merge is Kubernetes' strategic merge patch (what ``kubectl patch --type stra
   initContainers and ephemeralContainers by ``name``, and in them ``env`` by ``name``, ``ports`` by
   ``containerPort``, ``volumeMounts`` by ``mountPath``, ``volumeDevices`` by ``devicePath``; the pod's ``volumes``,
   ``imagePullSecrets``, ``resourceClaims`` and ``schedulingGates`` by ``name``, ``hostAliases`` by ``ip`` and
-  ``topologySpreadConstraints`` by ``topologyKey``. ``tolerations`` has no merge key in Kubernetes, so a template's
-  list replaces the ``--toleration`` ones (write them all in the file);
+  ``topologySpreadConstraints`` by ``topologyKey``. ``tolerations`` has no merge key in Kubernetes (a template's
+  list would replace the ``--toleration`` ones): they are ``--toleration``'s alone;
 - the directives ``$patch: delete`` (on an item of a keyed list: remove that item) and ``$patch: replace`` (on a map:
   it replaces instead of merging; as an item of a keyed list: the other items replace the list).
 
@@ -17,10 +17,12 @@ In the file, the container named ``trainer`` is nbtrain's own container whatever
 names it ``pytorch``, as the training operator requires).
 
 What the file may not do (:func:`check_override`, each refusal names the field): change the trainer container's
-``command``, ``args``, ``image`` or ``workingDir``, or an env var, volume mount or port nbtrain set; add a second
+``command``, ``args``, ``image``, ``workingDir`` or ``lifecycle`` hooks, or an env var, volume mount or port nbtrain set; add a second
 regular container (the Job would never end: a sidecar is an initContainer with ``restartPolicy: Always``); change or
 remove nbtrain's volumes, labels or annotations, ``restartPolicy``, ``subdomain`` or ``hostname``; change the GPU
-request (``--gpus``); set metadata other than labels and annotations; break the restricted Pod Security profile
+request (``--gpus``) or a field an option sets (``serviceAccountName``, ``priorityClassName``, ``nodeSelector``,
+``tolerations``: a profile may lock those options, and the template is no way around a lock), or
+``automountServiceAccountToken``; set metadata other than labels and annotations; break the restricted Pod Security profile
 (:func:`restricted_violations`, checked on the merged pod); or carry a secret in plain text (an env var or any
 other value that looks like one, as ``--env`` is refused: :mod:`nbtrain.secrets`), unless ``--allow-secrets``.
 The merged template must then fit the API's schema (:func:`schema_problems`: a misspelt field, a number given as text).
@@ -69,7 +71,15 @@ _SAFE_SYSCTLS = frozenset({
 _OWN_POD_FIELDS = {"restartPolicy": "a failed rank must fail the gang, not restart in place",
                    "subdomain": "the pods find rank 0 through it", "hostname": "the pods find rank 0 through it"}
 _OWN_CONTAINER_FIELDS = {"command": "nbtrain's preflight", "args": "nbtrain's accelerate launch",
-                         "image": "set it with --image", "workingDir": "the writable /tmp the runtime expects"}
+                         "image": "set it with --image", "workingDir": "the writable /tmp the runtime expects",
+                         "lifecycle": "the trainer runs nbtrain's command only (a postStart/preStop hook would run "
+                                      "another one nbtrain neither starts nor sees)"}
+# Pod fields an nbtrain option sets (a profile may lock it): the template may not set them another way.
+_FLAG_POD_FIELDS = {"serviceAccountName": "--service-account", "priorityClassName": "--priority-class",
+                    "nodeSelector": "--node-selector", "tolerations": "--toleration",
+                    "automountServiceAccountToken": "nbtrain (training pods get no API token)"}
+_SELINUX_TYPES = frozenset({"", "container_t", "container_init_t", "container_kvm_t", "container_engine_t"})
+_APPARMOR_KEY = "container.apparmor.security.beta.kubernetes.io/"
 
 
 @dataclass(frozen=True)
@@ -265,10 +275,19 @@ def check_override(template: Mapping[str, Any], fragment: Mapping[str, Any], mer
             if kept.get(key) != value and not any(f"metadata.{kind}.{key}:" in p for p in problems):
                 problems.append(f"metadata.{kind}.{key}: set by nbtrain, Kueue or --{kind[:-1]}; the template may not "
                                 "change or remove it.")
+    for key, value in ((merged.get("metadata") or {}).get("annotations") or {}).items():
+        if str(key).startswith(_APPARMOR_KEY) and not (value == "runtime/default" or str(value).startswith("localhost/")):
+            problems.append(f"metadata.annotations.{key}: {value!r} must be runtime/default or localhost/PROFILE (the "
+                            "restricted Pod Security profile).")
     spec, new_spec = template.get("spec") or {}, merged.get("spec") or {}
     for field, why in _OWN_POD_FIELDS.items():
         if spec.get(field) != new_spec.get(field):
             problems.append(f"spec.{field}: nbtrain sets it ({why}); the template may not change it.")
+    for field, flag in _FLAG_POD_FIELDS.items():
+        if spec.get(field) != new_spec.get(field):
+            problems.append(f"spec.{field}: set by {flag}" + (" (a profile may lock it); use that option"
+                                                               if flag.startswith("--") else "")
+                            + ", not the template.")
     new_volumes = _by(new_spec.get("volumes"), "name")
     for name, volume in _by(spec.get("volumes"), "name").items():
         if new_volumes.get(name) != volume:
@@ -346,6 +365,19 @@ def _check_security(where: str, security: Mapping[str, Any], pod: Mapping[str, A
         problems.append(f"{where}.securityContext.windowsOptions.hostProcess must not be true {rule}.")
     if (security.get("appArmorProfile") or {}).get("type") == "Unconfined":
         problems.append(f"{where}.securityContext.appArmorProfile.type must not be Unconfined {rule}.")
+    return problems + _selinux(f"{where}.securityContext", security)
+
+
+def _selinux(where: str, security: Mapping[str, Any]) -> list[str]:
+    """The restricted profile's SELinux rule: a container type of its own family, no user or role."""
+    options = security.get("seLinuxOptions") or {}
+    problems = []
+    if options.get("type", "") not in _SELINUX_TYPES:
+        problems.append(f"{where}.seLinuxOptions.type: {options.get('type')!r} must be one of "
+                        f"{', '.join(sorted(t for t in _SELINUX_TYPES if t))} (the restricted Pod Security profile).")
+    for key in ("user", "role"):
+        if options.get(key):
+            problems.append(f"{where}.seLinuxOptions.{key} must not be set (the restricted Pod Security profile).")
     return problems
 
 
@@ -365,6 +397,9 @@ def restricted_violations(pod: Mapping[str, Any]) -> list[str]:
                             f"{rule} allows.")
     if (security.get("appArmorProfile") or {}).get("type") == "Unconfined":
         problems.append(f"spec.securityContext.appArmorProfile.type must not be Unconfined {rule}.")
+    if (security.get("windowsOptions") or {}).get("hostProcess"):
+        problems.append(f"spec.securityContext.windowsOptions.hostProcess must not be true {rule}.")
+    problems += _selinux("spec.securityContext", security)
     for volume in pod.get("volumes") or ():
         kinds = set(volume) - {"name"} if isinstance(volume, dict) else set()
         if kinds - _RESTRICTED_VOLUMES:

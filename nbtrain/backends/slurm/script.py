@@ -17,7 +17,7 @@ import shlex
 from collections.abc import Mapping
 from typing import Any
 
-from nbtrain.spec import JobSpec
+from nbtrain.spec import JobSpec, sbatch_lines
 
 __all__ = ["batch_script", "probe_argv", "sbatch_options", "srun_argv"]
 
@@ -37,7 +37,8 @@ def sbatch_options(spec: JobSpec, *, use_gpu: bool, job_name: str, output: str, 
             options.append(f"--{name}={value}")
     if spec.exclusive:
         options.append("--exclusive")
-    options += [f"--{k}={v}" if v else f"--{k}" for k, v in spec.sbatch_options.items()]
+    # resolved again (getopt_long's prefixes: sbatchopts) so that no line after nbtrain's can replace one of them
+    options += [f"--{k}={v}" if v else f"--{k}" for k, v in sbatch_lines(spec.sbatch_options).items()]
     return options
 
 

@@ -202,6 +202,22 @@ def test_a_template_reaches_every_pod_of_every_flavor_and_nbtrains_parts_stay(ma
     ({"spec": {"terminationGracePeriodSeconds": "soon"}}, "spec.terminationGracePeriodSeconds: Input should be a valid"),
     ({"spec": {"containers": [{"name": "trainer", "env": [{"name": "WANDB_API_KEY", "value": "0123456789abcdef"}]}]}},
      "spec.containers[name=trainer].env[name=WANDB_API_KEY]: looks like a secret"),
+    # issue 28: the restricted profile's SELinux, hostProcess and AppArmor rules; hooks; fields an option sets
+    ({"spec": {"containers": [{"name": "trainer", "securityContext": {"seLinuxOptions": {"type": "spc_t"}}}]}},
+     "spec.containers[name=trainer].securityContext.seLinuxOptions.type: 'spc_t' must be one of container_engine_t"),
+    ({"spec": {"securityContext": {"seLinuxOptions": {"type": "spc_t", "user": "root"}}}},
+     "spec.securityContext.seLinuxOptions.user must not be set"),
+    ({"spec": {"securityContext": {"windowsOptions": {"hostProcess": True}}}},
+     "spec.securityContext.windowsOptions.hostProcess must not be true"),
+    ({"metadata": {"annotations": {"container.apparmor.security.beta.kubernetes.io/trainer": "unconfined"}}},
+     "metadata.annotations.container.apparmor.security.beta.kubernetes.io/trainer: 'unconfined' must be"),
+    ({"spec": {"containers": [{"name": "trainer", "lifecycle": {"postStart": {"exec": {"command": ["sh"]}}}}]}},
+     "spec.containers[name=trainer].lifecycle: the trainer runs nbtrain's command only"),
+    ({"spec": {"serviceAccountName": "admin"}}, "spec.serviceAccountName: set by --service-account"),
+    ({"spec": {"priorityClassName": "system-cluster-critical"}}, "spec.priorityClassName: set by --priority-class"),
+    ({"spec": {"nodeSelector": {"pool": "cpu"}}}, "spec.nodeSelector: set by --node-selector"),
+    ({"spec": {"tolerations": [{"operator": "Exists"}]}}, "spec.tolerations: set by --toleration"),
+    ({"spec": {"automountServiceAccountToken": True}}, "spec.automountServiceAccountToken: set by nbtrain"),
     ({"metadata": {"annotations": {"example.com/pull": "ghp_abcdefghijklmnopqrstuvwxyz0123456789"}}},
      "metadata.annotations.example.com/pull: looks like a secret"),
 ])
@@ -275,3 +291,17 @@ def test_nbtrains_own_init_containers_are_kept() -> None:
 def test_a_key_that_is_no_string_is_refused_by_the_schema(make_plan: MakePlan, tmp_path: Path) -> None:
     with pytest.raises(SpecError, match=r"spec\[1\]: Keys should be strings \(the Kubernetes API's PodTemplateSpec schema"):
         make_plan(pod_template=_file(tmp_path, "spec:\n  1: x\n"))
+
+
+def test_a_template_cannot_change_what_an_option_sets_only_repeat_it(make_plan: MakePlan, tmp_path: Path) -> None:
+    """A profile that locks --service-account, --priority-class or --node-selector cannot be routed around through
+    the template: the template may repeat the option's value, never change it (issue 28)."""
+    same = _file(tmp_path, {"spec": {"serviceAccountName": "team-sa", "nodeSelector": {"pool": "gpu"}}})
+    pod = pod_specs(make_plan(service_account="team-sa", node_selector={"pool": "gpu"},
+                              pod_template=same).request["objects"][0])[0]
+    assert pod["serviceAccountName"] == "team-sa" and pod["nodeSelector"] == {"pool": "gpu"}
+    other = _file(tmp_path, {"spec": {"serviceAccountName": "admin", "priorityClassName": "high"}})
+    with pytest.raises(SpecError) as caught:
+        make_plan(service_account="team-sa", priority_class="low", pod_template=other)
+    assert "spec.serviceAccountName: set by --service-account (a profile may lock it)" in str(caught.value)
+    assert "spec.priorityClassName: set by --priority-class" in str(caught.value)
