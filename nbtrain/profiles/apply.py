@@ -11,7 +11,7 @@ from nbtrain.flags.parse import default_spec
 from nbtrain.flags.table import OPTIONS
 from nbtrain.profiles.load import load_catalog
 from nbtrain.profiles.model import Profile
-from nbtrain.profiles.resolve import TOML, Resolved, check_locks, resolve
+from nbtrain.profiles.resolve import TOML, Resolved, resolve
 from nbtrain.spec import JobSpec
 
 try:
@@ -100,18 +100,15 @@ def _with_recorded_locks(base: JobSpec, args: argparse.Namespace, recorded: str,
 def check_recorded_locks(recorded: str, before: JobSpec, after: JobSpec) -> None:
     """The locks of the profile a run started from (``recorded``: ``"NAME VERSION"``, from its record) hold for a
     rerun with overrides (``%nbtrain rerun RUN --strategy …``, ``nbtrain debug``): SpecError when ``after``
-    changes a locked value. A profile no longer installed cannot be checked: then no option it could lock may
-    change (the recorded spec is all that is known of it)."""
-    from nbtrain.errors import SpecError
+    changes a locked value. The recorded spec was checked when the run started, so an unchanged rerun needs no
+    check; a changed one needs the profile installed in that version (the one policy:
+    :func:`nbtrain.profiles.locks.installed_profile`)."""
     from nbtrain.profiles.load import load_catalog
+    from nbtrain.profiles.locks import check_locks, installed_profile
 
-    name, _, version = recorded.partition(" ")
-    profile = load_catalog().profiles.get(name)
-    if profile is None or profile.version != version:
-        changed = [o.flag for o in OPTIONS if o.field and getattr(after, o.field) != getattr(before, o.field)]
-        if changed:
-            raise SpecError(f"{', '.join(changed)}: this run started from profile {recorded!r}, which is not "
-                            "installed here in that version, so its locks cannot be checked; rerun it without "
-                            "changing options, or submit the job again with --profile.")
+    changed = [o.flag for o in OPTIONS if o.field and getattr(after, o.field) != getattr(before, o.field)]
+    if not changed:
         return
+    profile = installed_profile(recorded, load_catalog().profiles, ", ".join(changed),
+                                started="this run started from")
     check_locks(profile, before, after)

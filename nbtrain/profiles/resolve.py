@@ -16,16 +16,15 @@ from __future__ import annotations
 import argparse
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
-from nbtrain.errors import SpecError
 from nbtrain.flags.parse import given_options, spec_from_namespace
 from nbtrain.flags.support import _shown
 from nbtrain.flags.table import OPTIONS
+from nbtrain.profiles.locks import check_locks
 from nbtrain.profiles.model import Profile, namespace_of
 from nbtrain.spec import JobSpec
 
-__all__ = ["DEFAULT", "FLAG", "TOML", "Resolved", "check_locks", "render_sources", "resolve"]
+__all__ = ["DEFAULT", "FLAG", "TOML", "Resolved", "render_sources", "resolve"]
 
 DEFAULT, TOML, FLAG = "default", "nbtrain.toml", "flag"
 
@@ -37,15 +36,6 @@ class Resolved:
     spec: JobSpec
     sources: Mapping[str, str]
     profile: Profile | None = None
-
-
-def _locked_error(profile: Profile, flag: str, typed: Any, locked: Any) -> SpecError:
-    key = flag[2:]
-    return SpecError(
-        f"{flag} {_shown(typed) or typed}: profile {profile.name!r} (version {profile.version}, {profile.source}) "
-        f"locks {key} to {_shown(locked) or locked}; nothing was started. Drop {flag} (or pick another profile); "
-        f"to change the locked value ask {profile.who_to_ask()}."
-    )
 
 
 def resolve(base: JobSpec, args: argparse.Namespace, profile: Profile | None = None,
@@ -63,12 +53,7 @@ def resolve(base: JobSpec, args: argparse.Namespace, profile: Profile | None = N
     spec = spec_from_namespace(args, base=with_profile)
     given = {o.flag for o in given_options(args)}
     if profile is not None:
-        for option in OPTIONS:
-            if option.flag in profile.locked and option.flag in given:
-                assert option.field is not None  # a profile holds job options only
-                typed, locked = getattr(spec, option.field), getattr(with_profile, option.field)
-                if typed != locked:
-                    raise _locked_error(profile, option.flag, typed, locked)
+        check_locks(profile, with_profile, spec, given)
     sources = {}
     for option in OPTIONS:
         if option.field is None:
@@ -81,16 +66,6 @@ def resolve(base: JobSpec, args: argparse.Namespace, profile: Profile | None = N
         else:
             sources[option.flag] = (base_sources or {}).get(option.field, DEFAULT)
     return Resolved(spec, sources, profile)
-
-
-def check_locks(profile: Profile, before: JobSpec, after: JobSpec) -> None:
-    """Raise SpecError when ``after`` (a run's spec with overrides: a rerun, ``nbtrain debug``) changes a value that
-    ``profile`` locks in ``before`` (the spec the run started from), naming the profile, option and value."""
-    for option in OPTIONS:
-        if option.field is not None and option.flag in profile.locked:
-            changed, locked = getattr(after, option.field), getattr(before, option.field)
-            if changed != locked:
-                raise _locked_error(profile, option.flag, changed, locked)
 
 
 def render_sources(resolved: Resolved) -> str:

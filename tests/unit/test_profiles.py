@@ -147,5 +147,5 @@ def test_a_recorded_profile_keeps_its_locks_for_reruns() -> None:
         check_recorded_locks("multinode-ddp 1.0", before, JobSpec(name="r", nodes=2, strategy="fsdp"))
     # a profile this machine does not have (in that version): nothing may change, since its locks are unknown
     check_recorded_locks("team-only 7", before, before)
-    with pytest.raises(SpecError, match=r"--nodes: this run started from profile 'team-only 7', which is not"):
+    with pytest.raises(SpecError, match=r"--nodes: this run started from profile 'team-only' version 7, which is not"):
         check_recorded_locks("team-only 7", before, JobSpec(name="r", nodes=1, strategy="ddp"))

@@ -91,3 +91,33 @@ def test_a_kubernetes_job_with_options_kubernetes_refuses_fails_the_config_rung(
     outcome = _config(_State(directory, Settings()))
     assert outcome.status is Status.FAILED and outcome.blame is Blame.JOB, outcome.message
     assert outcome.message.startswith("nbtrain.toml: --max-restarts 2 on the kubernetes backend needs --volume")
+
+
+def _slurm_team(tmp_path: Path) -> None:
+    profiles = tmp_path / "config" / "profiles"
+    profiles.mkdir(parents=True, exist_ok=True)
+    (profiles / "gpu-team.toml").write_text('version = "1"\nlocked = ["partition", "sbatch"]\n[options]\n'
+                                            'backend = "slurm"\npartition = "gpu"\nsbatch = {mem-per-c = "4G"}\n')
+
+
+@pytest.mark.parametrize(("sbatch", "named"), [
+    ('{part = "nosuch"}', "--sbatch part=nosuch: sbatch reads part as --partition"),
+    ('{p = "nosuch"}', "--sbatch p=: sbatch would read --p as an abbreviation of any of"),
+    ('{partition = "nosuch"}', "--sbatch partition=nosuch: nbtrain sets --partition from its own option"),
+    ('{mem-per-cpu = "4G", mem = "64G"}', "--sbatch is mem-per-cpu=4G mem=64G; profile 'gpu-team' 1"),
+    ('{mem-per-cpu = "8G"}', "--sbatch is mem-per-cpu=8G; profile 'gpu-team' 1"),
+])
+def test_no_spelling_in_nbtrain_toml_routes_around_a_locked_slurm_setting(
+        job, tmp_path: Path, capsys: pytest.CaptureFixture[str], sbatch: str, named: str) -> None:
+    """Issue 28: the platform's CI gate fails a job whose nbtrain.toml changes a locked partition or sbatch memory
+    by any spelling sbatch would accept (an abbreviation, another option setting the same thing), naming it."""
+    _slurm_team(tmp_path)
+    directory = job("--gpus 1 --backend slurm --partition gpu --sbatch mem-per-cpu=4G")
+    toml = directory / "nbtrain.toml"
+    text = toml.read_text()
+    assert '[slurm.sbatch]\nmem-per-cpu = "4G"\n' in text, text
+    toml.write_text(text.replace('[slurm.sbatch]\nmem-per-cpu = "4G"\n', "").replace("[slurm]\n",
+                                                                                   f"[slurm]\nsbatch = {sbatch}\n"))
+    assert main(["validate", str(directory), "--profile", "gpu-team"]) == 1
+    printed = capsys.readouterr()
+    assert "FAIL config" in printed.out and named in printed.err + printed.out, printed
