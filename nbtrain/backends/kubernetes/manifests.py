@@ -141,112 +141,131 @@ def _job_spec(spec: JobSpec, template: dict[str, Any], *, ttl_s: int | None, sus
     return job
 
 
+@dataclass(frozen=True)
+class _Meta:
+    """What every object of an attempt is labelled and annotated with (the workload also with Kueue's labels)."""
+
+    namespace: str
+    labels: dict[str, str]
+    annotations: dict[str, str]
+    workload_labels: dict[str, str]
+    suspend: bool  # Kueue admits a suspended workload all-or-nothing by unsuspending it
+
+    def of(self, name: str, *, workload: bool = False) -> dict[str, Any]:
+        return _metadata(name, self.namespace, self.workload_labels if workload else self.labels, self.annotations)
+
+
 def build_objects(
     spec: JobSpec, *, names: nm.ObjectNames, namespace: str, inputs: PodInputs, bundle_digest: str,
 ) -> list[dict[str, Any]]:
-    """The API objects of one attempt, in creation order (workload first)."""
+    """The API objects of one attempt, in creation order (workload first; a Job's headless Service last)."""
     labels = {**spec.labels, **inputs.labels}  # --label (never one of nbtrain's keys: validate.check_knobs)
-    annotations = {**spec.annotations, nm.ANNOTATION_RUN_ID: inputs.run_id, nm.ANNOTATION_DIGEST: bundle_digest}
     workload_labels = dict(labels)
     if spec.queue:
         workload_labels[KUEUE_QUEUE_LABEL] = spec.queue
     if spec.workload_priority:  # Kueue's WorkloadPriorityClass (the table refuses it without --queue)
         workload_labels[KUEUE_PRIORITY_LABEL] = spec.workload_priority
-    suspend = bool(spec.queue)  # Kueue admits a suspended workload all-or-nothing by unsuspending it
-    ttl = inputs.options.ttl_s
-    configmap: dict[str, Any] = {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": _metadata(names.configmap, namespace, labels, annotations),
-        "immutable": True,
+    meta = _Meta(namespace, labels, {**spec.annotations, nm.ANNOTATION_RUN_ID: inputs.run_id,
+                                     nm.ANNOTATION_DIGEST: bundle_digest}, workload_labels, bool(spec.queue))
+    owned = [_secret(inputs, meta), _configmap(names, inputs, meta)]
+    if spec.flavor == "pytorchjob":
+        return [_pytorchjob(spec, names, inputs, meta), *owned]
+    if spec.flavor == "trainjob":  # Trainer v2 makes the JobSet from its runtime: see .trainjob
+        workload = tj.train_job(spec, pod_template(spec, inputs, subdomain=None), metadata=meta.of(names.base,
+                                workload=True), runtime=tj.runtime_ref(inputs.options.trainjob_runtime),
+                                container_name=container_name("trainjob"), labels=labels,
+                                annotations=meta.annotations, suspend=meta.suspend)
+        return [workload, *owned]
+    if spec.flavor == "jobset":
+        return [_jobset(spec, names, inputs, meta), *owned]
+    workload = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": meta.of(names.base, workload=True),
+        "spec": _job_spec(spec, pod_template(spec, inputs, subdomain=names.service), ttl_s=inputs.options.ttl_s,
+                          suspend=meta.suspend),
     }
+    return [workload, *owned, _service(names, inputs, meta)]
+
+
+def _configmap(names: nm.ObjectNames, inputs: PodInputs, meta: _Meta) -> dict[str, Any]:
+    """The immutable ConfigMap of the payload (bundle and nbtrain runtime, or the runtime and the parts' listing)."""
+    configmap: dict[str, Any] = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta.of(names.configmap),
+                                 "immutable": True}
     if inputs.payload.data:
         configmap["data"] = dict(inputs.payload.data)
     if inputs.payload.binary_data:
         configmap["binaryData"] = dict(inputs.payload.binary_data)
-    secret: dict[str, Any] = {  # without data: see the module docstring
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": _metadata(inputs.event_key_secret, namespace, labels, annotations),
-        "type": "Opaque",
-        "immutable": True,
+    return configmap
+
+
+def _secret(inputs: PodInputs, meta: _Meta) -> dict[str, Any]:
+    """The event-key Secret, without data: see the module docstring."""
+    return {"apiVersion": "v1", "kind": "Secret", "metadata": meta.of(inputs.event_key_secret), "type": "Opaque",
+            "immutable": True}
+
+
+def _pytorchjob(spec: JobSpec, names: nm.ObjectNames, inputs: PodInputs, meta: _Meta) -> dict[str, Any]:
+    """The PyTorchJob of a ``--flavor pytorchjob`` gang (one Master, ``nodes - 1`` Workers)."""
+    template = pod_template(spec, inputs, subdomain=None)
+    replicas: dict[str, Any] = {"Master": {"replicas": 1, "restartPolicy": "Never", "template": template}}
+    if spec.nodes > 1:
+        replicas["Worker"] = {"replicas": spec.nodes - 1, "restartPolicy": "Never", "template": template}
+    # cleanPodPolicy Running: once the PyTorchJob has ended, the operator deletes the pods still running or pending
+    # (the rest of a failed gang, which would otherwise hold its GPUs) and keeps the finished ones, whose logs
+    # say why, until the TTL (None kept every pod; All deletes the finished ones too)
+    run_policy: dict[str, Any] = {"backoffLimit": 0, "cleanPodPolicy": "Running",
+                                  "ttlSecondsAfterFinished": inputs.options.ttl_s}
+    if spec.timeout_s is not None:
+        run_policy["activeDeadlineSeconds"] = math.ceil(spec.timeout_s)
+    if meta.suspend:
+        run_policy["suspend"] = True
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": meta.of(names.base, workload=True),
+        "spec": {"nprocPerNode": str(spec.procs), "runPolicy": run_policy, "pytorchReplicaSpecs": replicas},
     }
 
-    if spec.flavor == "pytorchjob":
-        template = pod_template(spec, inputs, subdomain=None)
-        replicas: dict[str, Any] = {"Master": {"replicas": 1, "restartPolicy": "Never", "template": template}}
-        if spec.nodes > 1:
-            replicas["Worker"] = {"replicas": spec.nodes - 1, "restartPolicy": "Never", "template": template}
-        # cleanPodPolicy Running: once the PyTorchJob has ended, the operator deletes the pods still running or pending
-        # (the rest of a failed gang, which would otherwise hold its GPUs) and keeps the finished ones, whose logs
-        # say why, until the TTL (None kept every pod; All deletes the finished ones too)
-        run_policy: dict[str, Any] = {"backoffLimit": 0, "cleanPodPolicy": "Running", "ttlSecondsAfterFinished": ttl}
-        if spec.timeout_s is not None:
-            run_policy["activeDeadlineSeconds"] = math.ceil(spec.timeout_s)
-        if suspend:
-            run_policy["suspend"] = True
-        workload = {
-            "apiVersion": "kubeflow.org/v1",
-            "kind": "PyTorchJob",
-            "metadata": _metadata(names.base, namespace, workload_labels, annotations),
-            "spec": {"nprocPerNode": str(spec.procs), "runPolicy": run_policy, "pytorchReplicaSpecs": replicas},
-        }
-        return [workload, secret, configmap]
 
-    if spec.flavor == "trainjob":  # Trainer v2 makes the JobSet from its runtime: see .trainjob
-        runtime = tj.runtime_ref(inputs.options.trainjob_runtime)
-        workload = tj.train_job(spec, pod_template(spec, inputs, subdomain=None),
-                                metadata=_metadata(names.base, namespace, workload_labels, annotations), runtime=runtime,
-                                container_name=container_name("trainjob"), labels=labels, annotations=annotations,
-                                suspend=suspend)
-        return [workload, secret, configmap]
-
-    if spec.flavor == "jobset":
-        template = pod_template(spec, inputs, subdomain=None)  # JobSet sets the subdomain itself
-        job = _job_spec(spec, template, ttl_s=None, suspend=False)
-        jobset_spec: dict[str, Any] = {
-            "network": {"enableDNSHostnames": True, "publishNotReadyAddresses": True},
-            # the rule makes a Job past its deadline fail the JobSet with a reason of its own (podstate reads it as
-            # "exceeded --timeout"); any other failure fails it as before (no rule: ReachedMaxRestarts)
-            "failurePolicy": {"maxRestarts": 0, "rules": [copy.deepcopy(dict(JOBSET_DEADLINE_RULE))]},
-            "successPolicy": {"operator": "All"},
-            "ttlSecondsAfterFinished": ttl,
-            "replicatedJobs": [{
-                "name": nm.JOBSET_REPLICATED_JOB,
-                "replicas": 1,
-                "template": {"metadata": {"labels": dict(labels)}, "spec": job},
-            }],
-        }
-        if suspend:
-            jobset_spec["suspend"] = True
-        workload = {
-            "apiVersion": "jobset.x-k8s.io/v1alpha2",
-            "kind": "JobSet",
-            "metadata": _metadata(names.base, namespace, workload_labels, annotations),
-            "spec": jobset_spec,
-        }
-        return [workload, secret, configmap]
-
-    template = pod_template(spec, inputs, subdomain=names.service)
-    workload = {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": _metadata(names.base, namespace, workload_labels, annotations),
-        "spec": _job_spec(spec, template, ttl_s=ttl, suspend=suspend),
+def _jobset(spec: JobSpec, names: nm.ObjectNames, inputs: PodInputs, meta: _Meta) -> dict[str, Any]:
+    """The JobSet of a ``--flavor jobset`` gang (one replicated Indexed Job)."""
+    template = pod_template(spec, inputs, subdomain=None)  # JobSet sets the subdomain itself
+    job = _job_spec(spec, template, ttl_s=None, suspend=False)
+    jobset_spec: dict[str, Any] = {
+        "network": {"enableDNSHostnames": True, "publishNotReadyAddresses": True},
+        # the rule makes a Job past its deadline fail the JobSet with a reason of its own (podstate reads it as
+        # "exceeded --timeout"); any other failure fails it as before (no rule: ReachedMaxRestarts)
+        "failurePolicy": {"maxRestarts": 0, "rules": [copy.deepcopy(dict(JOBSET_DEADLINE_RULE))]},
+        "successPolicy": {"operator": "All"},
+        "ttlSecondsAfterFinished": inputs.options.ttl_s,
+        "replicatedJobs": [{
+            "name": nm.JOBSET_REPLICATED_JOB,
+            "replicas": 1,
+            "template": {"metadata": {"labels": dict(meta.labels)}, "spec": job},
+        }],
     }
-    service = {
+    if meta.suspend:
+        jobset_spec["suspend"] = True
+    return {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": meta.of(names.base, workload=True),
+            "spec": jobset_spec}
+
+
+def _service(names: nm.ObjectNames, inputs: PodInputs, meta: _Meta) -> dict[str, Any]:
+    """The headless Service that gives an Indexed Job's pods their DNS names."""
+    port = inputs.options.port
+    return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": _metadata(names.service, namespace, labels, annotations),
+        "metadata": meta.of(names.service),
         "spec": {
             "clusterIP": "None",  # headless: <job>-<index>.<service> resolves to each pod
             "publishNotReadyAddresses": True,  # rank 0 must resolve before any pod is Ready
-            "selector": {nm.LABEL_RUN_ID: labels[nm.LABEL_RUN_ID], nm.LABEL_ATTEMPT: labels[nm.LABEL_ATTEMPT]},
-            "ports": [{"name": "rendezvous", "port": inputs.options.port, "targetPort": inputs.options.port,
-                       "protocol": "TCP"}],
+            "selector": {nm.LABEL_RUN_ID: meta.labels[nm.LABEL_RUN_ID],
+                         nm.LABEL_ATTEMPT: meta.labels[nm.LABEL_ATTEMPT]},
+            "ports": [{"name": "rendezvous", "port": port, "targetPort": port, "protocol": "TCP"}],
         },
     }
-    return [workload, secret, configmap, service]
 
 
 def owned_by(obj: Mapping[str, Any], owner: Mapping[str, Any]) -> dict[str, Any]:
