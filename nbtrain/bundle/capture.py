@@ -268,19 +268,7 @@ def _assemble(
         pickled = pickle_objects({e.name: e.value for e in pickles}, by_source, max_bytes=options.max_pickle_bytes)
     order = _definition_order(sources, pickles, pickled)
 
-    captured = [CapturedName(e.name, e.kind, len(e.text.encode()), e.detail) for e in imports]
-    captured += [CapturedName(e.name, e.kind, len(e.text.encode()), e.detail) for e in literals]
-    by_name = {e.name: e for e in sources}
-    captured += [
-        CapturedName(n, CaptureKind.SOURCE, len(by_name[n].text.encode()), by_name[n].detail)
-        for n in order
-        if n != OBJECTS
-    ]
-    sizes = pickled.sizes if pickled is not None else {}
-    captured += [CapturedName(e.name, e.kind, sizes.get(e.name, 0), e.detail) for e in pickles]
-    captured += [
-        CapturedName(e.name, e.kind, len(e.text.encode()), e.detail) for e in extra if e.kind is CaptureKind.LITERAL
-    ]
+    captured = _captured(imports, literals, sources, order, pickles, pickled, extra)
 
     sections: list[Section] = []
     if imports:
@@ -325,6 +313,32 @@ def _assemble(
         kind=kind, files=files, captured=captured, notebook=notebook, cell=cell, function=function
     )
     return Bundle(files=files, manifest=manifest, captured=tuple(captured))
+
+
+def _captured(
+    imports: list[Entry],
+    literals: list[Entry],
+    sources: list[Entry],
+    order: list[str],
+    pickles: list[Entry],
+    pickled: PickledObjects | None,
+    extra: list[Entry],
+) -> list[CapturedName]:
+    """What the bundle captured, in main.py's order: imports, literals, sources (definition order), pickles, extras."""
+    captured = [CapturedName(e.name, e.kind, len(e.text.encode()), e.detail) for e in imports]
+    captured += [CapturedName(e.name, e.kind, len(e.text.encode()), e.detail) for e in literals]
+    by_name = {e.name: e for e in sources}
+    captured += [
+        CapturedName(n, CaptureKind.SOURCE, len(by_name[n].text.encode()), by_name[n].detail)
+        for n in order
+        if n != OBJECTS
+    ]
+    sizes = pickled.sizes if pickled is not None else {}
+    captured += [CapturedName(e.name, e.kind, sizes.get(e.name, 0), e.detail) for e in pickles]
+    captured += [
+        CapturedName(e.name, e.kind, len(e.text.encode()), e.detail) for e in extra if e.kind is CaptureKind.LITERAL
+    ]
+    return captured
 
 
 def _definition_order(sources: list[Entry], pickles: list[Entry], pickled: PickledObjects | None) -> list[str]:

@@ -120,48 +120,12 @@ def build_job_files(
     files: dict[str, bytes] = {_RENAMES.get(rel, rel): data for rel, data in bundle.files.items()}
     files[MANIFEST_NAME] = bundle.manifest_bytes
 
-    modules = imported_modules(bundle.files["main.py"].decode("utf-8"))
-    if "objects.pkl" in bundle.files:
-        modules |= pickled_modules(bundle.files["objects.pkl"]) | {"cloudpickle"}
-    pins, local = requirements(modules)
-    files["requirements.txt"] = ("".join(p + "\n" for p in pins)).encode()
-
-    notebook = bundle.manifest.get("notebook") or {}
-    source = {
-        "notebook": notebook.get("path"),
-        "cell": notebook.get("cell_id"),
-        "bundle_digest": bundle.digest,
-        "exported_by": bundle.manifest.get("created_by"),
-        "profile": profile,
-    }
-    files[TOML_NAME] = dump_job_toml(spec, list(parameters), source).encode()
-
+    local = _add_requirements(files, bundle)
+    files[TOML_NAME] = dump_job_toml(spec, list(parameters), _source_table(bundle, profile)).encode()
     files[SBATCH_NAME] = export_sbatch_script(spec).encode()
     files.update((name, text.encode()) for name, text in export_accelerate_configs(spec).items())
-
     manifests = manifests if manifests is not None else kubernetes_manifests(spec, bundle)
-    k8s_names: dict[str, str] = {}
-    for flavor, text in manifests.yaml.items():
-        k8s_names[flavor] = f"k8s/{flavor}.yaml"
-        files[k8s_names[flavor]] = text.encode()
-    missing_reason: str | None = None
-    if manifests.missing:
-        reasons = sorted(set(manifests.missing.values()))
-        missing_reason = reasons[0] if len(reasons) == 1 else "; ".join(
-            f"{flavor}: {why}" for flavor, why in manifests.missing.items()
-        )
-        note = "# Kubernetes manifests\n\n"
-        if manifests.yaml:
-            note += "Some flavors have no manifest here:\n\n" + "".join(
-                f"- {flavor}: {why}\n" for flavor, why in manifests.missing.items()
-            )
-        else:
-            note += f"No manifests were written: {missing_reason}\n"
-        note += (
-            "\nOnce that is fixed, print them with `nbtrain manifests . [--flavor job|pytorchjob|jobset|trainjob]` "
-            "(the %%distributed flags, e.g. `--image REGISTRY/IMAGE:TAG`, override nbtrain.toml there).\n"
-        )
-        files["k8s/README.md"] = note.encode()
+    k8s_names, missing_reason = _add_manifests(files, manifests)
 
     listed = sorted(set(files) | {"README.md"}, key=lambda r: (r != PROGRAM, r))
     files["README.md"] = job_readme(
@@ -185,6 +149,58 @@ def build_job_files(
         k8s_missing=missing_reason,
         notes=tuple(notes),
     )
+
+
+def _add_requirements(files: dict[str, bytes], bundle: Bundle) -> list[str]:
+    """Write requirements.txt (the pinned distributions the bundle imports) into ``files``; the local modules."""
+    modules = imported_modules(bundle.files["main.py"].decode("utf-8"))
+    if "objects.pkl" in bundle.files:
+        modules |= pickled_modules(bundle.files["objects.pkl"]) | {"cloudpickle"}
+    pins, local = requirements(modules)
+    files["requirements.txt"] = ("".join(p + "\n" for p in pins)).encode()
+    return local
+
+
+def _source_table(bundle: Bundle, profile: str | None) -> dict[str, Any]:
+    """nbtrain.toml's ``[source]``: where the bundle came from and the profile the cell used."""
+    notebook = bundle.manifest.get("notebook") or {}
+    return {
+        "notebook": notebook.get("path"),
+        "cell": notebook.get("cell_id"),
+        "bundle_digest": bundle.digest,
+        "exported_by": bundle.manifest.get("created_by"),
+        "profile": profile,
+    }
+
+
+def _add_manifests(files: dict[str, bytes], manifests: Manifests) -> tuple[dict[str, str], str | None]:
+    """Write one k8s/FLAVOR.yaml per manifest (and k8s/README.md when some are missing) into ``files``.
+
+    Returns flavor -> file name, and why manifests are missing (None: none is).
+    """
+    k8s_names: dict[str, str] = {}
+    for flavor, text in manifests.yaml.items():
+        k8s_names[flavor] = f"k8s/{flavor}.yaml"
+        files[k8s_names[flavor]] = text.encode()
+    if not manifests.missing:
+        return k8s_names, None
+    reasons = sorted(set(manifests.missing.values()))
+    missing_reason = reasons[0] if len(reasons) == 1 else "; ".join(
+        f"{flavor}: {why}" for flavor, why in manifests.missing.items()
+    )
+    note = "# Kubernetes manifests\n\n"
+    if manifests.yaml:
+        note += "Some flavors have no manifest here:\n\n" + "".join(
+            f"- {flavor}: {why}\n" for flavor, why in manifests.missing.items()
+        )
+    else:
+        note += f"No manifests were written: {missing_reason}\n"
+    note += (
+        "\nOnce that is fixed, print them with `nbtrain manifests . [--flavor job|pytorchjob|jobset|trainjob]` "
+        "(the %%distributed flags, e.g. `--image REGISTRY/IMAGE:TAG`, override nbtrain.toml there).\n"
+    )
+    files["k8s/README.md"] = note.encode()
+    return k8s_names, missing_reason
 
 
 def _without_secret_env(spec: JobSpec) -> tuple[JobSpec, list[str]]:

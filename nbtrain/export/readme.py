@@ -82,6 +82,27 @@ def job_readme(
         "",
         "```sh",
     ]
+    lines += _launch_lines(spec, example)
+    lines += ["```", "",
+              f"Each command passes the Accelerate config nbtrain generated for the job (`{GPU_CONFIG}`, "
+              f"`{CPU_CONFIG}` for a CPU gang): your own `default_config.yaml` does not change it, and the "
+              "strategy's options live there. Run them from this directory.", ""]
+    lines += _slurm_section(spec)
+    if parameters:
+        lines += ["## Parameters", "",
+                  "From the notebook's `parameters` cell. Options of `train.py`, `--param NAME=VALUE` of "
+                  "`nbtrain submit`, or a new default in `nbtrain.toml`:", "",
+                  "| option | type | default |", "| --- | --- | --- |"]
+        lines += [f"| `{p.option}` | {p.kind} | `{p.default!r}` |" for p in parameters]
+        lines.append("")
+    lines += _files_section(files, k8s, k8s_missing)
+    lines += _notes_section(computed, local_modules, notes)
+    return "\n".join(lines) + "\n"
+
+
+def _launch_lines(spec: JobSpec, example: str) -> list[str]:
+    """The plain `accelerate launch` command(s) of the job: GPUs (and CPU for DDP) on one node, else node i's."""
+    lines = []
     if spec.nodes == 1:
         lines.append("# GPUs")
         lines.append(_launch(spec, use_gpu=True, node_rank=0, address="127.0.0.1", params=example))
@@ -96,19 +117,12 @@ def job_readme(
                 "--machine_rank 0", "--machine_rank $i"
             ).replace("MAIN_HOST", "$MAIN_HOST")
         )
-    lines += ["```", "",
-              f"Each command passes the Accelerate config nbtrain generated for the job (`{GPU_CONFIG}`, "
-              f"`{CPU_CONFIG}` for a CPU gang): your own `default_config.yaml` does not change it, and the "
-              "strategy's options live there. Run them from this directory.", ""]
-    lines += _slurm_section(spec)
-    if parameters:
-        lines += ["## Parameters", "",
-                  "From the notebook's `parameters` cell. Options of `train.py`, `--param NAME=VALUE` of "
-                  "`nbtrain submit`, or a new default in `nbtrain.toml`:", "",
-                  "| option | type | default |", "| --- | --- | --- |"]
-        lines += [f"| `{p.option}` | {p.kind} | `{p.default!r}` |" for p in parameters]
-        lines.append("")
-    lines += ["## Files", ""]
+    return lines
+
+
+def _files_section(files: Sequence[str], k8s: Mapping[str, str], k8s_missing: str | None) -> list[str]:
+    """README's "Files": what each file of the job directory is."""
+    lines = ["## Files", ""]
     described = {
         "train.py": "the generated program (the bundle's main.py): imports, values, definitions, the cell",
         "objects.pkl": "notebook objects that cannot be written as source, loaded by train.py",
@@ -129,13 +143,20 @@ def job_readme(
         lines.append("- `k8s/`: Kubernetes manifests, one per flavor: " + ", ".join(f"`{f}`" for f in k8s.values()))
     else:
         lines.append(f"- `k8s/README.md`: why there are no Kubernetes manifests ({k8s_missing})")
-    if computed or local_modules or notes:
-        lines += ["", "## Notes", ""]
-        lines += [f"- {note}" for note in notes]
-        if computed:
-            lines.append("- Re-run on every rank before the cell (they were computed in the notebook): "
-                         + "; ".join(computed))
-        if local_modules:
-            lines.append("- Imports modules no installed distribution provides (copy them next to train.py): "
-                         + ", ".join(f"`{m}`" for m in local_modules))
-    return "\n".join(lines) + "\n"
+    return lines
+
+
+def _notes_section(computed: Sequence[str], local_modules: Sequence[str], notes: Sequence[str]) -> list[str]:
+    """README's "Notes" (nothing when there are none): notes, values re-run on the ranks, local modules."""
+    lines: list[str] = []
+    if not (computed or local_modules or notes):
+        return lines
+    lines += ["", "## Notes", ""]
+    lines += [f"- {note}" for note in notes]
+    if computed:
+        lines.append("- Re-run on every rank before the cell (they were computed in the notebook): "
+                     + "; ".join(computed))
+    if local_modules:
+        lines.append("- Imports modules no installed distribution provides (copy them next to train.py): "
+                     + ", ".join(f"`{m}`" for m in local_modules))
+    return lines
