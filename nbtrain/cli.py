@@ -12,13 +12,23 @@ Output contract:
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from nbtrain.commands._shared import (
+    EXIT_CODES,
+    EXIT_ENVIRONMENT,
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_USAGE,
+    NotAvailable,
+    finish,
+    print_json,
+)
 from nbtrain.errors import (
     BackendError,
     BundleIntegrityError,
@@ -30,24 +40,9 @@ from nbtrain.errors import (
     SpecError,
 )
 from nbtrain.listing import runs_table
-from nbtrain.model import json_safe
-
-if TYPE_CHECKING:
-    from nbtrain.reader import RunReader
+from nbtrain.runjson import run_detail, run_summary, spec_json
 
 __all__ = ["EXIT_CODES", "main"]
-
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_CANCELLED, EXIT_ENVIRONMENT, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
-#: Exit codes, for the help text and the docs.
-EXIT_CODES = {
-    EXIT_OK: "success (submit --wait: the run succeeded)",
-    EXIT_FAILED: "the run failed (submit --wait), or doctor found a problem",
-    EXIT_USAGE: "bad input: flags, directory, nbtrain.toml, notebook, unknown run; or not available",
-    EXIT_CANCELLED: "the run was cancelled (submit --wait)",
-    EXIT_ENVIRONMENT: "this machine or the backend cannot do it (accelerate missing, no GPU, no access)",
-    EXIT_INTERRUPTED: "interrupted (Ctrl-C); a run being waited for is cancelled (a --warm run goes on)",
-}
-
 
 class _UsageFailure(Exception):
     """Raised instead of argparse's exit, so `main` can return the code (tests call main directly too)."""
@@ -65,32 +60,6 @@ def apply_overrides(spec: Any, args: argparse.Namespace) -> Any:
 
 
 # ---------------------------------------------------------------------------------------------- output
-
-
-def _print_json(data: Any) -> None:
-    print(json.dumps(data, indent=2, sort_keys=True, default=str))
-
-
-def _spec_json(spec: Any) -> dict[str, Any]:
-    """``spec.to_dict()`` with secret-looking ``--env`` values as ``***`` (output is shown, logged, pasted in issues)."""
-    from nbtrain.secrets import redact_env
-
-    data: dict[str, Any] = spec.to_dict()
-    data["env"] = redact_env(data.get("env") or {})
-    return data
-
-
-def _run_json(run: RunReader, *, metrics: bool = False) -> dict[str, Any]:
-    """The run's RunSummary (the one wire model: REST rows, ``%nbtrain runs``); ``metrics`` adds the detail."""
-    snapshot = run.snapshot()
-    data: dict[str, Any] = snapshot.summary(notebook=run.notebook, tracking_url=run.tracking_url()).to_json()
-    if metrics:
-        data["failure_detail"] = snapshot.failure.to_dict() if snapshot.failure else None
-        data["last_metrics"] = dict(snapshot.last_metrics)
-        data["notices"] = list(snapshot.notices)
-        data["spec"] = _spec_json(run.spec)
-        data["submitted_from"] = dict(run.facts().submitted_from)  # notebook path and cell, or the job directory
-    return dict(json_safe(data))
 
 
 def _runs_table(rows: list[dict[str, Any]]) -> str:
@@ -131,41 +100,15 @@ def _cmd_submit(args: argparse.Namespace) -> int:
                                profile=resolved.profile.label if resolved.profile is not None else None)
     if not args.json or args.wait:
         print(f"{run.id}: submitted {spec.nodes} node(s) x {spec.procs} process(es) on {spec.backend}", flush=True)
-    return _finish(run, args)
-
-
-def _finish(run: Any, args: argparse.Namespace) -> int:
-    """After submit/resume: print the run (``--json``) or wait for it (``--wait``) and exit with its outcome."""
-    if not args.wait:
-        if args.json:
-            _print_json(_run_json(run))
-        return EXIT_OK
-    try:
-        state = run.wait(progress=not args.quiet, raise_on_failure=False)
-    except KeyboardInterrupt as interrupted:  # Run.wait has cancelled a cold run; a warm one goes on, and it says so
-        if str(interrupted):
-            print(f"nbtrain {args.command}: {interrupted}", file=sys.stderr)
-        return EXIT_INTERRUPTED
-    if args.json:
-        _print_json(_run_json(run, metrics=True))
-    else:
-        print(run.summary())
-    if state.value == "failed":
-        failure = run.failure
-        print(f"nbtrain {args.command}: run {run.id} failed: {failure.summary() if failure else 'unknown'}",
-              file=sys.stderr)
-        if failure is not None and failure.traceback:
-            print(failure.traceback.rstrip(), file=sys.stderr)
-        return EXIT_FAILED
-    return EXIT_CANCELLED if state.value == "cancelled" else EXIT_OK
+    return finish(run, args)
 
 
 def _cmd_runs(args: argparse.Namespace) -> int:
     from nbtrain import client
 
-    rows = [_run_json(run) for run in client.runs()]
+    rows = [run_summary(run) for run in client.runs()]
     if args.json:
-        _print_json(rows)
+        print_json(rows)
     else:
         print(_runs_table(rows))
     return EXIT_OK
@@ -191,7 +134,7 @@ def _attach(run_id: str) -> Any:
 def _cmd_status(args: argparse.Namespace) -> int:
     run = _attach(args.run)
     if args.json:
-        _print_json(_run_json(run, metrics=True))
+        print_json(run_detail(run))
     else:
         print(run.summary())
     return EXIT_OK
@@ -242,18 +185,14 @@ def _cmd_resume(args: argparse.Namespace) -> int:
     run = _attach(args.run)
     resume = getattr(run, "resume", None)
     if resume is None:
-        raise _NotAvailable(
+        raise NotAvailable(
             f"not available yet: resume arrives with checkpoints; to run {run.id}'s job again, "
             "`nbtrain submit` its job directory."
         )
     resumed = resume()
     if not args.json or args.wait:
         print(f"{resumed.id}: resumed as a new attempt of {run.id}", flush=True)
-    return _finish(resumed, args)
-
-
-class _NotAvailable(NbtrainError):
-    """A command this installation cannot do yet (exit code 2)."""
+    return finish(resumed, args)
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
@@ -262,9 +201,9 @@ def _cmd_export(args: argparse.Namespace) -> int:
     result = export_notebook(Path(args.notebook), Path(args.out) if args.out else None,
                              cell=args.cell, tag=args.tag, strict=args.strict)
     if args.json:
-        _print_json({
+        print_json({
             "directory": str(result.directory), "cell": result.cell, "digest": result.job.digest,
-            "spec": _spec_json(result.spec), "files": sorted(result.job.files),
+            "spec": spec_json(result.spec), "files": sorted(result.job.files),
             "parameters": [{"name": p.name, "option": p.option, "type": p.kind, "default": p.default}
                            for p in result.job.parameters],
             "computed": list(result.computed), "kubernetes": list(result.job.k8s),
@@ -309,7 +248,7 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
 
         checks += slurm_checks(partition=slurm or None)
     if args.json:
-        _print_json([{"name": c.name, "ok": c.ok, "detail": c.detail, "fix": c.fix} for c in checks])
+        print_json([{"name": c.name, "ok": c.ok, "detail": c.detail, "fix": c.fix} for c in checks])
     else:
         print(render(checks))
     return EXIT_OK if all(c.ok for c in checks) else EXIT_FAILED
@@ -476,7 +415,7 @@ def _exit_code(error: BaseException) -> int:
         return EXIT_ENVIRONMENT
     if isinstance(error, RunFailedError):
         return EXIT_FAILED
-    if isinstance(error, (SpecError, CaptureError, RunNotFoundError, BundleIntegrityError, _NotAvailable, ValueError)):
+    if isinstance(error, (SpecError, CaptureError, RunNotFoundError, BundleIntegrityError, NotAvailable, ValueError)):
         return EXIT_USAGE
     return EXIT_FAILED
 

@@ -21,7 +21,7 @@ from typing import Any
 from nbtrain.events import Event
 
 __all__ = ["Batch", "Failure", "LogLine", "LogPage", "RunSnapshot", "RunState", "RunStatus", "RunSummary",
-           "WarmFacts", "json_safe"]
+           "WarmFacts", "is_terminal", "json_safe"]
 
 
 class RunState(str, enum.Enum):
@@ -40,8 +40,17 @@ class RunState(str, enum.Enum):
 
     @property
     def terminal(self) -> bool:
-        """True for SUCCEEDED, FAILED and CANCELLED."""
+        """True for SUCCEEDED, FAILED and CANCELLED: the one list of terminal states (:func:`is_terminal`)."""
         return self in (RunState.SUCCEEDED, RunState.FAILED, RunState.CANCELLED)
+
+
+def is_terminal(state: str) -> bool:
+    """Whether ``state`` (a :class:`RunState`, or its value as record.json and status files keep it) is terminal;
+    an empty or unknown value is not."""
+    try:
+        return RunState(state).terminal
+    except ValueError:
+        return False
 
 
 @dataclass(frozen=True)

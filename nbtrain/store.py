@@ -95,6 +95,12 @@ class RunRecord:
     profile: str | None = None  # "NAME VERSION" of the --profile the run started from (None: none)
     schema: int = RECORD_SCHEMA
 
+    @property
+    def latest_attempt(self) -> int:
+        """The number of the run's latest attempt: the highest that ``attempts`` lists or ``handle`` names (its
+        handle lands after its entry; a record from before ``attempts`` has only the handle); 0 when neither says."""
+        return max([int(a.get("attempt", 0)) for a in self.attempts] + [int(self.handle.get("attempt", 0))])
+
     def to_dict(self) -> dict[str, Any]:
         """JSON form for record.json."""
         data = dict(self.__dict__)

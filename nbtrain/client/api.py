@@ -35,7 +35,7 @@ def plan_bundle(bundle: Any, spec: JobSpec, *, store: Store | None = None, backe
 
 
 def _started(run: Run) -> Run:
-    run._start_tracking()
+    run.start_tracking()
     run.watch()
     return run
 

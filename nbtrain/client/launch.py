@@ -69,8 +69,7 @@ def start_new_run(store: Store, backend: Backend, plan: Plan, *, kind: str, note
 
 def next_attempt(record: RunRecord, seen: int) -> int:
     """The number of the next attempt of ``record`` (``seen``: the highest attempt the caller has seen)."""
-    recorded = [int(a.get("attempt", 0)) for a in record.attempts]
-    return max([seen, *recorded, int(record.handle.get("attempt", 0)), -1]) + 1
+    return max(seen, record.latest_attempt) + 1
 
 
 def start_attempt(store: Store, backend: Backend, record: RunRecord, plan: Plan, *, kind: str) -> RunHandle:

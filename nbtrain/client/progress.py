@@ -36,6 +36,20 @@ class ProgressLine:
             self.last_plain = time.monotonic()
             sys.stderr.write(text + "\n")
 
+    def say(self, text: str) -> None:
+        """Add ``text`` once under the status line, whatever the rate (a fact the user should read, not a state)."""
+        if not self.enabled:
+            return
+        if self.handle is not None:
+            self.last = f"{self.last}\n{text}" if self.last else text
+            self.handle.update({"text/plain": self.last}, raw=True)
+        elif sys.stderr.isatty():
+            sys.stderr.write(("\n" if self.last else "") + text)
+            sys.stderr.flush()
+            self.last = text
+        else:
+            sys.stderr.write(text + "\n")
+
     def close(self) -> None:
         if self.enabled and self.handle is None and sys.stderr.isatty():
             sys.stderr.write("\n")

@@ -18,20 +18,21 @@ from typing import Any
 from nbtrain.backends import get_backend
 from nbtrain.backends.base import Backend, Plan, RunCursor, RunHandle
 from nbtrain.client import launch
+from nbtrain.client.agentlink import TrackingLink
+from nbtrain.client.display import RunDisplay, summary_text
 from nbtrain.client.progress import ProgressLine
+from nbtrain.client.verdict import save_verdict
 from nbtrain.client.watcher import RunWatcher
 from nbtrain.errors import NbtrainError, RunFailedError
 from nbtrain.events import Event
 from nbtrain.model import Batch, Failure, LogPage, RunSnapshot, RunState, RunStatus, WarmFacts
 from nbtrain.reader import RunFacts
-from nbtrain.secrets import mask, redact_url
-from nbtrain.spec import JobSpec, tracking_default
+from nbtrain.secrets import redact_url
+from nbtrain.spec import JobSpec
 from nbtrain.store import RunRecord, Store
 from nbtrain.view import MetricSeries, RankInfo, RunView, metric_history
 
 __all__ = ["Run"]
-
-PARAMS_SHOWN = 12  # init_trackers config entries run.summary() lists
 
 
 class Run:
@@ -40,9 +41,6 @@ class Run:
     ``status()``, ``wait()``, ``logs()``, ``metrics()``, ``result()``, ``cancel()``, ``failure``.
     """
 
-    #: How long ``wait`` waits, after the run ended, for its tracking agent to complete the MLflow run.
-    TRACKING_WAIT_S = 60.0
-
     def __init__(self, record: RunRecord, store: Store, backend: Backend | None = None) -> None:
         self.record = record
         self.store = store
@@ -50,10 +48,9 @@ class Run:
         self.handle = RunHandle(record.backend, record.run_id, record.handle)  # the current attempt's
         self._watcher = RunWatcher(self.backend, lambda: self.handle, self._note_status, name=f"nbtrain-watch-{self.id}")
         self._lock = self._watcher.lock
-        self._tracking = False  # this handle made sure the run's tracking agent runs (_start_tracking)
-        self._agent_problems: Any = None
-        self._monitor: Any = None
-        self._display: Any = None
+        self._tracking = TrackingLink(store, record, notice=self.notice, snapshot=lambda: self.snapshot(refresh=False),
+                                      subscribe=lambda listener: self.subscribe(listener, lines=False))
+        self._display = RunDisplay(self, self._lock, lambda listener: self._watcher.subscribe(listener, first=True))
         self._last_status: RunStatus | None = None  # the backend's latest answer (snapshot(refresh=False))
         self._notice_lock = threading.Lock()  # not the run's lock: see notice()
 
@@ -103,22 +100,7 @@ class Run:
             self.record.ended = status.ended or time.time()
             failure = status.failure or self.view.failure
             self.record.failure = failure.to_dict() if failure else None
-            self._save_verdict()
-
-    def _save_verdict(self) -> None:
-        """Save the record with this handle's verdict, without undoing what another process saved since it was
-        loaded: the MLflow run id (the tracking agent's), or a newer attempt (a resume elsewhere: then the
-        verdict of this handle's attempt is stale and the file is left alone)."""
-        try:
-            on_disk = self.store.load(self.id)
-        except Exception:  # noqa: BLE001 - unreadable or gone: this handle's copy is what there is
-            on_disk = None
-        if on_disk is not None:
-            newest = max([int(a.get("attempt", 0)) for a in on_disk.attempts] + [-1])
-            if newest > max([int(a.get("attempt", 0)) for a in self.record.attempts] + [-1]):
-                return
-            self.record.tracking_run_id = self.record.tracking_run_id or on_disk.tracking_run_id
-        self.store.save(self.record)
+            save_verdict(self.store, self.record)
 
     @property
     def stalled_ranks(self) -> tuple[int, ...]:
@@ -136,6 +118,9 @@ class Run:
     def wait(self, timeout: float | None = None, *, raise_on_failure: bool = True, progress: bool = True,
              cancel_on_interrupt: bool | None = None) -> RunState:
         """Block until the run ends (or ``timeout`` s pass: TimeoutError). Shows a status line meanwhile.
+
+        Returns at the verdict: the run's MLflow tracking agent completes the MLflow run in the background, which
+        the status line and the run's notices say once; :meth:`wait_tracking` waits for it.
 
         Raises RunFailedError (naming the first failing rank, its reason and traceback) when the run
         FAILED and ``raise_on_failure``.
@@ -157,6 +142,9 @@ class Run:
                 if deadline is not None and time.monotonic() > deadline:
                     raise TimeoutError(f"run {self.id} is still {state.value} after {timeout} s; wait longer or cancel it.")
                 time.sleep(0.2)
+            said = self._tracking.finish_in_background()  # never blocks: the MLflow run completes meanwhile
+            if said:
+                line.say(said)
         except KeyboardInterrupt:
             if cancel_on_interrupt if cancel_on_interrupt is not None else not self.spec.warm:
                 line.update(f"{self.id}: interrupted — cancelling the gang…")
@@ -166,8 +154,7 @@ class Run:
             raise KeyboardInterrupt(self._still_running()) from None
         finally:
             line.close()
-        self._await_tracking(state)
-        self._refresh_display()
+        self._display.refresh()
         if state is RunState.FAILED and raise_on_failure:
             failure = self.failure
             detail = ""
@@ -258,7 +245,7 @@ class Run:
         """Launch a new attempt of this run with ``bundle_digest`` (``--resume RUN`` passes the cell's new bundle)."""
         plan = self.plan_resume(bundle_digest)
         self.handle = launch.start_attempt(self.store, self.backend, self.record, plan, kind=kind)
-        self._start_tracking()
+        self.start_tracking()
         self.watch()
         return self
 
@@ -302,46 +289,15 @@ class Run:
         if watch:
             self.watch()
 
-    def _start_tracking(self) -> None:
-        """Make sure the run's MLflow tracking agent runs (nothing with tracking off, or when MLflow has it all).
+    def start_tracking(self) -> None:
+        """Make sure the run's MLflow tracking agent runs (nothing with tracking off, or when MLflow has it all);
+        called at submit, attach and resume: an agent that died is replaced. Its problems become notices."""
+        self._tracking.start()
 
-        Forwarding happens in that detached process (:mod:`nbtrain.tracking.agent`), never in this one: this
-        handle only reads what it leaves (the link, its problems as notices) and ``wait`` waits for it to
-        complete the MLflow run. Called at submit, attach and resume; an agent that died is replaced here.
-        """
-        if not (self.spec.tracking and tracking_default()):
-            return
-        from nbtrain.tracking.starter import AgentProblems, ensure_agent
-
-        try:
-            ensure_agent(self.store, self.record)
-        except Exception as error:  # noqa: BLE001 - the run goes on; tracking says why it cannot
-            self.notice(f"MLflow tracking of run {self.id}: could not start its tracking agent "
-                        f"({type(error).__name__}: {error}); attach again to retry.")
-        if not self._tracking:
-            self._tracking = True
-            problems = self._agent_problems = AgentProblems(self.store.run_dir(self.id))
-
-            def show_problems(batch: Batch) -> None:  # on the watcher thread: a stat every 2 s at most
-                message = problems.poll()
-                if message:
-                    self.notice(message)
-
-            self.subscribe(show_problems, lines=False)
-
-    def _await_tracking(self, state: RunState) -> None:
-        """After the run ended: wait (bounded) until the tracking agent completed the MLflow run."""
-        if not self._tracking or not state.terminal:
-            return
-        from nbtrain.tracking.starter import agent_error, finalized, wait_finalized
-
-        snap = self.snapshot(refresh=False)
-        ledger = wait_finalized(self.store, self.id, attempt=snap.attempt, state=snap.state.value,
-                                timeout=self.TRACKING_WAIT_S)
-        self.record.tracking_run_id = self.record.tracking_run_id or ledger.mlflow_run_id
-        problem = None if finalized(ledger, snap.attempt, snap.state.value) else agent_error(self.store.run_dir(self.id))
-        if problem:
-            self.notice(problem)
+    def wait_tracking(self, timeout: float | None = None) -> None:
+        """After the run ended: wait (at most ``timeout`` s, default 60) until its MLflow tracking agent has
+        completed the MLflow run (a problem it reports becomes a notice); at once with tracking off."""
+        self._tracking.wait(timeout)
 
     def close(self) -> None:
         """Stop following the run in this process (the run goes on, and so does its MLflow tracking agent)."""
@@ -469,32 +425,11 @@ class Run:
     # -- display ----------------------------------------------------------------------------------
     def monitor(self) -> Any:
         """The live monitor widget of this run (created once; fed by the watcher thread)."""
-        with self._lock:
-            if self._monitor is None:
-                from nbtrain.widgets.monitor import MonitorWidget
-
-                self.sync()
-                self._monitor = MonitorWidget(self)
-                # the monitor goes first: its final render must not wait for tracking's end-of-run flush
-                self._watcher.subscribe(self._monitor.on_batch, lines=True, first=True)
-        self.watch()
-        return self._monitor
+        return self._display.monitor()
 
     def show(self) -> None:
         """Display the monitor in the current cell (main thread only); ``wait`` refreshes it at the end."""
-        from IPython.display import display
-
-        self._display = display(self.monitor(), display_id=True)
-
-    def _refresh_display(self) -> None:
-        """Re-render the displayed monitor so its text/plain summary (kept by headless runs) is final."""
-        if self._display is not None and self._monitor is not None:
-            self._monitor.on_batch(Batch())  # flush what is pending before the re-render
-            if not self._monitor.front_end_seen:
-                # headless (nbclient, nbconvert): re-render so the kept text/plain is the final summary;
-                # with a live browser view this would only rebuild the view and lose its scroll position
-                self._display.update(self._monitor)
-
+        self._display.show()
 
     def __repr__(self) -> str:
         # no I/O here: the last state this handle recorded (status() asks the backend)
@@ -502,42 +437,4 @@ class Run:
 
     def summary(self) -> str:
         """Readable multi-line summary: state, world size, duration, last metrics, failure."""
-        state = self.status()
-        self.sync()
-        view = self.view
-        started = view.started or self.record.created
-        ended = view.ended or self.record.ended or time.time()
-        lines = [
-            f"run {self.id} ({self.spec.name}) on {self.record.backend}: {state.value}",
-            f"  gang: {self.spec.nodes} node(s) x {self.spec.procs} process(es) = world size {self.spec.world_size}",
-            f"  duration: {ended - started:.1f} s",
-        ]
-        warm = self._warm_facts()
-        if warm is not None and warm.gang:
-            lines.append(f"  warm gang: {warm.gang}, generation {warm.generation}"
-                         + (f"; recycled: {warm.recycled}" if warm.recycled else ""))
-        detail = self._last_status.detail.strip() if self._last_status is not None else ""
-        if detail and not state.terminal:  # what the backend says it is doing: queued and why, a stall, ...
-            lines.append(f"  now: {detail}")
-        last = view.last_metrics(0)
-        if last:
-            lines.append("  last metrics (rank 0): " + ", ".join(f"{k}={v:.6g}" for k, v in last.items()))
-        if view.params:  # init_trackers(config=...): what MLflow gets as params, secret-looking values masked
-            shown = [f"{k}={mask(k, v)}" for k, v in list(view.params.items())[:PARAMS_SHOWN]]
-            more = f" (+{len(view.params) - PARAMS_SHOWN} more)" if len(view.params) > PARAMS_SHOWN else ""
-            lines.append("  config (init_trackers): " + ", ".join(shown) + more)
-        for notice in view.notices:
-            lines.append(f"  note: {notice}")
-        if len(view.attempts) > 1:
-            for entry in (view.attempts[a] for a in sorted(view.attempts)):
-                why = Failure.from_dict(entry["failure"]).summary() if entry.get("failure") else ""
-                lines.append(f"  attempt {entry['attempt']}: {entry['state']}" + (f" — {why}" if why else ""))
-        if view.checkpoints:
-            last = view.checkpoints[-1]
-            lines.append(f"  checkpoints: {len(view.checkpoints)}, latest at step {last['step']} ({last['path']})")
-        failure = self.failure if state is RunState.FAILED else None
-        if failure is not None:
-            lines.append(f"  FAILED: {failure.summary()}")
-            if failure.traceback:
-                lines += ["    " + t for t in failure.traceback.rstrip().splitlines()[-15:]]
-        return "\n".join(lines)
+        return summary_text(self)

@@ -3,7 +3,7 @@
 Each module here defines ``register(sub)``: it adds its sub-parser(s) to the ``nbtrain`` parser's
 sub-parsers and sets ``handler`` (``args -> exit code``) on each, exactly as :func:`nbtrain.cli.build_parser`
 does for the core commands. :func:`nbtrain.cli.main` runs the handler and turns NbtrainError, OSError and
-ValueError into one ``nbtrain COMMAND: REASON`` line and an exit code (:data:`nbtrain.cli.EXIT_CODES`).
+ValueError into one ``nbtrain COMMAND: REASON`` line and an exit code (:data:`nbtrain.commands._shared.EXIT_CODES`).
 A module may also define ``register_magic(sub)`` for ``%nbtrain``: its sub-parsers (``add_help=False``) set
 ``magic`` (``(args, shell) -> value shown``; raise NbtrainError/ValueError for a clean UsageError), and its
 ``MAGIC_USAGE`` (lines like the others of ``%nbtrain help``) is added to the help.

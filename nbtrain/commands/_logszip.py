@@ -61,7 +61,7 @@ def write_logs_zip(run: Any, path: Path) -> list[str]:
 
 
 def _write(run: Any, handle: Any, names: list[str]) -> None:
-    from nbtrain.cli import _run_json
+    from nbtrain.runjson import run_detail
 
     with zipfile.ZipFile(handle, "w", compression=zipfile.ZIP_DEFLATED) as archive:
         def put(name: str, text: str) -> None:
@@ -75,7 +75,7 @@ def _write(run: Any, handle: Any, names: list[str]) -> None:
         failure = run.failure
         if failure is not None:
             put("failure.txt", failure_text(failure))
-        put("status.json", json.dumps(_run_json(run, metrics=True), indent=2, sort_keys=True, default=str) + "\n")
+        put("status.json", json.dumps(run_detail(run), indent=2, sort_keys=True, default=str) + "\n")
         environments = {str(e.rank): dict(e.data) for e in run.events()
                         if e.kind.value == "env" and e.rank is not None}
         put("environment.json", json.dumps(environments, indent=2, sort_keys=True, default=str) + "\n")

@@ -89,7 +89,7 @@ def register(sub: Any) -> None:
 
 def _cmd_debug(args: argparse.Namespace) -> int:
     from nbtrain import client
-    from nbtrain.cli import _finish
+    from nbtrain.commands._shared import finish
 
     source = client.attach(args.run, watch=False)
     run = client.rerun(source.id, spec=overrides(args), locked_base=debug_base(args))
@@ -99,7 +99,7 @@ def _cmd_debug(args: argparse.Namespace) -> int:
         print(f"{run.id}: debugging {source.id} at {spec.nodes} node(s) x {spec.procs_per_node} process(es) on "
               f"{spec.backend} ({spec.device.value}) with {shown}; collective timeout {spec.collective_timeout_s:g} s",
               flush=True)
-    return int(_finish(run, args))
+    return int(finish(run, args))
 
 
 def register_magic(sub: Any) -> None:

@@ -29,7 +29,7 @@ def _text(args: argparse.Namespace) -> tuple[str, bool]:
 def _handler(args: argparse.Namespace) -> int:
     text, ok = _text(args)
     print(text)
-    return 0 if ok else 2  # nbtrain.cli.EXIT_USAGE: a profile source is broken
+    return 0 if ok else 2  # nbtrain.commands._shared.EXIT_USAGE: a profile source is broken
 
 
 def _magic(args: argparse.Namespace, shell: Any) -> None:

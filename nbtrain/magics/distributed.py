@@ -184,7 +184,7 @@ class DistributedMagics(Magics):
             raise UsageError(f"%%distributed --resume {args.resume}: nothing was submitted. {error}") from None
         if args.out:
             shell.user_ns[args.out] = run
-        print(f"{run.id}: resumed as attempt {run.record.attempts[-1]['attempt']} with this cell's code "
+        print(f"{run.id}: resumed as attempt {run.record.latest_attempt} with this cell's code "
               f"({run.spec.nodes} node(s) x {run.spec.procs} process(es), the run's own spec).")
         if not args.no_monitor:
             run.show()

@@ -128,7 +128,7 @@ class ManageMagics(Magics):
                 return self._show(client.rerun(args.run, spec=overrides), args.out, "started")
             run = client.attach(args.run, watch=args.command == "attach")
             if args.command == "resume":
-                return self._show(run.resume(), args.out, f"resumed as attempt {run.record.attempts[-1]['attempt']}")
+                return self._show(run.resume(), args.out, f"resumed as attempt {run.record.latest_attempt}")
             if args.command == "status":
                 print(run.summary())
             elif args.command == "logs":

@@ -21,9 +21,8 @@ from typing import Any, Protocol
 
 from nbtrain.client import Run
 from nbtrain.errors import RunNotFoundError
-from nbtrain.model import Batch, json_safe
-from nbtrain.reader import RunReader
-from nbtrain.secrets import redact_env
+from nbtrain.model import Batch
+from nbtrain.runjson import DetailedRun, run_detail, run_summary
 from nbtrain.store import RunRecord, Store
 
 __all__ = ["DEFAULT_CAPACITY", "Listing", "RunCache", "ServedRun", "run_detail", "run_summary"]
@@ -34,24 +33,17 @@ log = logging.getLogger("nbtrain.server")
 DEFAULT_CAPACITY = 256
 
 
-class ServedRun(RunReader, Protocol):
-    """What the REST API uses of a run (:class:`nbtrain.client.Run` is one): the read interface, plus
+class ServedRun(DetailedRun, Protocol):
+    """What the REST API uses of a run (:class:`nbtrain.client.Run` is one): what the detail reads
+    (:class:`nbtrain.runjson.DetailedRun`), plus
 
     - ``sync()``: read what is new (the cache does, so each event is read once per cached run);
-    - ``attempts()``, ``checkpoints()``, ``metrics(rank)``: the detail and the metrics endpoint;
+    - ``metrics(rank)``: the metrics endpoint;
     - ``cancel()``, ``resume()``: the Stop and Resume actions.
     """
 
     def sync(self, *, with_lines: bool = False) -> Batch:
         """Read what is new from the backend."""
-        ...
-
-    def attempts(self) -> list[dict[str, Any]]:
-        """Every launch of the run with its state and failure."""
-        ...
-
-    def checkpoints(self) -> list[dict[str, Any]]:
-        """Complete checkpoints written so far, by step."""
         ...
 
     def metrics(self, rank: int = 0) -> dict[str, list[tuple[int, float]]]:
@@ -65,36 +57,6 @@ class ServedRun(RunReader, Protocol):
     def resume(self) -> Any:
         """Launch the run again from its latest checkpoint."""
         ...
-
-
-def run_summary(run: RunReader) -> dict[str, Any]:
-    """One row of the runs list (a RunSummary as JSON): identity, state, gang, times, failure and links.
-
-    Asks the backend for the run's state (a terminal verdict is recorded on the way, as ``Run.status`` does).
-    """
-    return run.snapshot().summary(notebook=run.notebook, tracking_url=run.tracking_url()).to_json()
-
-
-def run_detail(run: ServedRun) -> dict[str, Any]:
-    """The summary plus spec, attempts, checkpoints, last metrics, notices and the full failure (JSON-safe).
-
-    Secret-looking ``--env`` values are ``***`` (:func:`nbtrain.secrets.redact_env`): the detail is shown to
-    whoever may read the server, read-only collaborators included.
-    """
-    snapshot = run.snapshot()
-    detail = snapshot.summary(notebook=run.notebook, tracking_url=run.tracking_url()).to_json()
-    spec = run.spec.to_dict()
-    spec["env"] = redact_env(spec.get("env") or {})
-    detail.update(
-        spec=spec,
-        bundle_digest=run.facts().bundle_digest,
-        attempts=run.attempts(),
-        checkpoints=run.checkpoints(),
-        last_metrics=dict(snapshot.last_metrics),
-        notices=list(snapshot.notices),
-        failure_detail=snapshot.failure.to_dict() if snapshot.failure else None,
-    )
-    return dict(json_safe(detail))
 
 
 @dataclass(frozen=True)

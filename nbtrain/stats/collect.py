@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from nbtrain.events import EventKind, parse_line
+from nbtrain.model import is_terminal
 from nbtrain.spec import Device, slugify
 from nbtrain.stats.compute import compute_stats
 from nbtrain.stats.model import AttemptFacts, AttemptKind, RunFacts, Stats
@@ -83,7 +84,7 @@ def _attempts(store: Store, record: RunRecord) -> Iterable[AttemptFacts]:
         status = _read_json(directory / "status.json") or {}
         state = str(status.get("state") or "")
         ended = status.get("ended")
-        if number == numbers[-1] and (not state or record.state in ("succeeded", "failed", "cancelled")):
+        if number == numbers[-1] and (not state or is_terminal(record.state)):
             # the record keeps the verdict the notebook saw last (a supervisor that died leaves no status)
             state, ended = record.state, ended if ended is not None else record.ended
         started_all, has_checkpoint = _scan_events(directory / "events", record.spec.world_size)

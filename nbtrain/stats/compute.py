@@ -6,6 +6,7 @@ import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 
+from nbtrain.model import is_terminal
 from nbtrain.stats.model import (
     AttemptFacts,
     AttemptKind,
@@ -20,7 +21,6 @@ from nbtrain.stats.model import (
 __all__ = ["compute_stats", "summarise"]
 
 _SUCCEEDED, _FAILED, _CANCELLED = "succeeded", "failed", "cancelled"
-_TERMINAL = frozenset({_SUCCEEDED, _FAILED, _CANCELLED})
 
 
 def summarise(values: Iterable[float]) -> Summary:
@@ -62,7 +62,7 @@ def compute_stats(runs: Sequence[RunFacts], now: float, since: float | None = No
     return Stats(
         now=now, window_start=start, users=_users(runs), runs=len(window),
         succeeded=succeeded, failed=failed, cancelled=cancelled,
-        live=sum(1 for s in states if s not in _TERMINAL),
+        live=sum(1 for s in states if not is_terminal(s)),
         success_rate=_ratio(succeeded, succeeded + failed),
         recoveries=recoveries, time_to_recover=summarise(recovered),
         unrecovered=sum(1 for r in recoveries if r.recovered_s is None),
@@ -134,7 +134,7 @@ def _queue_waits(window: Sequence[RunFacts]) -> list[float]:
 def _running_seconds(attempt: AttemptFacts, now: float) -> float:
     if attempt.started is None:
         return 0.0
-    end = attempt.ended if attempt.ended is not None else (now if attempt.state not in _TERMINAL else None)
+    end = attempt.ended if attempt.ended is not None else (now if not is_terminal(attempt.state) else None)
     return max(0.0, end - attempt.started) if end is not None else 0.0
 
 

@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 from types import FrameType
 
+from nbtrain.model import is_terminal
 from nbtrain.secrets import redact_url
 from nbtrain.store import Store, write_json_atomic
 from nbtrain.tracking.ledger import Ledger
@@ -146,7 +147,7 @@ def follow(store: Store, run_id: str, *, tracking_uri: str | None, experiment: s
         # A resume may have launched a new attempt meanwhile and found our lock taken: go on with it.
         lock.release()
         fresh = store.load(run_id)
-        newer = max([int(a.get("attempt", 0)) for a in fresh.attempts] + [-1]) > snap.attempt
+        newer = fresh.latest_attempt > snap.attempt
         if not newer or not lock.acquire():
             return 0
         time.sleep(POLL_S)  # the resume may still be submitting (its handle lands in the record after)
@@ -155,7 +156,6 @@ def follow(store: Store, run_id: str, *, tracking_uri: str | None, experiment: s
 #: What rank 0 writes once its training is under way (or over): the gang's start-up is behind it.
 _UNDER_WAY = (b'"kind":"metric"', b'"kind":"params"', b'"kind":"checkpoint"', b'"kind":"rank_done"',
               b'"kind":"rank_error"')
-_TERMINAL = ("succeeded", "failed", "cancelled")
 
 
 def await_first_step(store: Store, run_id: str, *, timeout: float = START_WAIT_S) -> None:
@@ -184,7 +184,7 @@ def await_first_step(store: Store, run_id: str, *, timeout: float = START_WAIT_S
             except OSError:
                 pass
             try:
-                if json.loads((attempt / "status.json").read_text()).get("state") in _TERMINAL:
+                if is_terminal(json.loads((attempt / "status.json").read_text()).get("state", "")):
                     return
             except (OSError, ValueError):
                 pass

@@ -115,7 +115,7 @@ class TrackingForwarder:
 
         Cheap: filters the batch and wakes the forwarder's thread. The first time the run is seen
         terminal (per attempt and verdict), waits up to ``FINAL_WAIT_S`` for the final flush,
-        artifacts and status, so ``run.wait()`` returns with the MLflow run complete.
+        artifacts and status, so ``run.wait_tracking()`` returns with the MLflow run complete.
         """
         try:
             if not self.run.spec.tracking:

@@ -33,6 +33,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from nbtrain.model import is_terminal
 from nbtrain.runtime.watchdog import start_time
 from nbtrain.spec import tracking_default
 from nbtrain.store import RunRecord, Store, write_json_atomic
@@ -59,7 +60,6 @@ AGENT_LOG = "tracking-agent.log"
 AGENT_STATE = "tracking-agent.state.json"
 #: In the agent's environment (``NBTRAIN_TRACKING_OF=<run id>``): how tests and tools find leftover agents.
 AGENT_MARKER = "NBTRAIN_TRACKING_OF"
-_TERMINAL = ("succeeded", "failed", "cancelled")
 
 _children: dict[str, subprocess.Popen[bytes]] = {}  # run id -> the agent this process started last
 _children_lock = threading.Lock()
@@ -109,10 +109,6 @@ def resolve_tracking_uri(env: Mapping[str, str] | None = None, cwd: str | None =
     return "sqlite:///" + os.path.join(cwd, "mlflow.db")
 
 
-def _latest_attempt(record: RunRecord) -> int:
-    return max([int(a.get("attempt", 0)) for a in record.attempts] + [int(record.handle.get("attempt", 0))])
-
-
 def finalized(ledger: Ledger, attempt: int, state: str) -> bool:
     """True when the MLflow run is complete for ``attempt`` ending in ``state`` (status set, artifacts up)."""
     done = ledger.finalized
@@ -127,9 +123,9 @@ def needs_agent(record: RunRecord, ledger: Ledger) -> bool:
     """
     if not record.spec.tracking:
         return False
-    if record.state not in _TERMINAL:
+    if not is_terminal(record.state):
         return True
-    return not finalized(ledger, _latest_attempt(record), record.state)
+    return not finalized(ledger, record.latest_attempt, record.state)
 
 
 # -- the agent's lock -----------------------------------------------------------------------------------

@@ -300,7 +300,7 @@ def _finished(rung: Rung, run: Any, settings: Settings) -> Outcome:
         return Outcome.failed(rung, f"run {run.id} did not end within {settings.timeout_s:.0f} s; its steps are "
                               f"too slow for the budget or it reports none (accelerator.log / nbtrain.log)", Blame.JOB)
     if state.value == "succeeded":
-        steps = _steps(run, run.record.attempts[-1]["attempt"] if run.record.attempts else 0)
+        steps = _steps(run, run.record.latest_attempt)
         what = f"{len(steps)} step(s) reported" if steps else "no steps reported: the job ran to its end"
         return Outcome.passed(rung, f"run {run.id}: {what}")
     failure = run.failure
@@ -366,7 +366,7 @@ def _resume(state: _State) -> Outcome:
     run = state.distributed
     step = int(state.checkpoint["step"])
     run.resume()
-    attempt = int(run.record.attempts[-1]["attempt"])
+    attempt = run.record.latest_attempt
     outcome = _finished(Rung.RESUME, run, state.settings)
     if outcome.status.value != "passed":
         return outcome

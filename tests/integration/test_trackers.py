@@ -36,6 +36,7 @@ def test_init_trackers_config_becomes_params_and_no_second_mlflow_run(sqlite_tra
     run_cell(CELL)
     run = shell.user_ns["run"]
     assert run.wait(timeout=180, progress=False).value == "succeeded"
+    run.wait_tracking()  # wait() returns at the verdict; MLflow completes after
     client = MlflowClient(tracking_uri=sqlite_tracking)
     mlflow_run = client.get_run(run.record.tracking_run_id)
     params = mlflow_run.data.params
@@ -60,6 +61,7 @@ def test_with_no_tracking_the_users_own_mlflow_tracker_is_left_alone(sqlite_trac
     run_cell(CELL.replace("--out run", "--out run --no-tracking"))
     run = shell.user_ns["run"]
     assert run.wait(timeout=180, progress=False).value == "succeeded"
+    run.wait_tracking()  # wait() returns at the verdict; MLflow completes after
     assert run.record.tracking_run_id is None  # nbtrain recorded nothing ...
     client = MlflowClient(tracking_uri=sqlite_tracking)
     experiment = client.get_experiment_by_name("own-project")

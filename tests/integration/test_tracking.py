@@ -1,8 +1,8 @@
 """MLflow tracking of real gangs: success, failure and cancel, against MLflow's sqlite default and a real server.
 
 Each gang is tiny (1 node x 2 processes, a few steps), submitted from a cell with tracking on, as a user
-would: the run's tracking agent (a detached process started at submit) forwards it, and ``run.wait()``
-returns once the MLflow run is complete. The sqlite case chdirs into tmp_path with no
+would: the run's tracking agent (a detached process started at submit) forwards it, ``run.wait()``
+returns at the verdict and ``run.wait_tracking()`` once the MLflow run is complete. The sqlite case chdirs into tmp_path with no
 MLFLOW_TRACKING_URI, so MLflow's own default (``sqlite:///mlflow.db`` there) is what gets used;
 the server case points MLFLOW_TRACKING_URI at ``mlflow server`` on loopback (artifacts served by it).
 """
@@ -159,7 +159,8 @@ def test_successful_run_is_fully_tracked(tracking: str, shell: Any, run_cell: An
     run_cell(SUCCESS_SETUP)
     run_cell(SUCCESS_CELL)
     run = shell.user_ns["run"]
-    assert run.wait(timeout=120, progress=False).value == "succeeded"  # with the MLflow run complete
+    assert run.wait(timeout=120, progress=False).value == "succeeded"
+    run.wait_tracking()  # wait() returns at the verdict; MLflow completes after
 
     client = _client(tracking)
     mlflow_run = client.get_run(run.record.tracking_run_id)
@@ -227,6 +228,7 @@ def test_failed_run_has_failure_report_and_failed_status(tracking: str, shell: A
     run_cell(FAIL_CELL)
     run = shell.user_ns["run"]
     assert run.wait(timeout=120, raise_on_failure=False, progress=False).value == "failed"
+    run.wait_tracking()  # wait() returns at the verdict; MLflow completes after
 
     client = _client(tracking)
     mlflow_run = client.get_run(run.record.tracking_run_id)
@@ -262,7 +264,8 @@ def test_cancelled_run_is_killed(tracking: str, shell: Any, run_cell: Any, survi
         time.sleep(0.2)
     run.cancel()
     assert run.status().value == "cancelled"
-    assert run.wait(timeout=60, progress=False).value == "cancelled"  # with the MLflow run complete
+    assert run.wait(timeout=60, progress=False).value == "cancelled"
+    run.wait_tracking()  # wait() returns at the verdict; MLflow completes after
     client = _client(tracking)
     mlflow_run = client.get_run(run.record.tracking_run_id)
     assert mlflow_run.info.status == "KILLED"

@@ -162,7 +162,8 @@ def test_agent_killed_mid_run_is_replaced_on_attach(tracked: str, shell: Any, ru
     assert _agents(run.id) != [first]
     _until(lambda: _forwarded(run) > forwarded_before)  # the new agent sends while the gang still runs
     stop.touch()
-    assert again.wait(timeout=180, progress=False).value == "succeeded"  # returns with the MLflow run complete
+    assert again.wait(timeout=180, progress=False).value == "succeeded"
+    again.wait_tracking()  # wait() returns at the verdict; MLflow completes after
     assert again.record.tracking_run_id == ledger["mlflow_run_id"]
     _assert_once(tracked, again)
     _until(lambda: not _agents(run.id))
@@ -202,6 +203,7 @@ def test_two_kernels_at_once_forward_once_and_hand_over(
     _until(lambda: other.active and _forwarded(run) > before)
     stop.touch()
     assert other_run.wait(timeout=120, progress=False).value == "succeeded"
+    other_run.wait_tracking()  # wait() returns at the verdict; MLflow completes after
     assert other.flush(timeout=60), other.error
     assert not holder.active
     _assert_once(sqlite_here, other_run)

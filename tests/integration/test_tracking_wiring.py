@@ -30,6 +30,7 @@ for step in range(6):
     run = shell.user_ns["run"]
     assert len(pids_with_env("NBTRAIN_TRACKING_OF", {run.id})) == 1  # started at submit, in its own process
     assert run.wait(timeout=180).value == "succeeded"
+    run.wait_tracking()  # wait() returns at the verdict; MLflow completes after
     assert not any(t.name.startswith("nbtrain-mlflow") for t in threading.enumerate())  # nothing forwarded here
     deadline = time.monotonic() + 120
     while pids_with_env("NBTRAIN_TRACKING_OF", {run.id}):  # the agent exits once the MLflow run is complete
