@@ -268,14 +268,11 @@ def _doctor_slurm_partition(args: argparse.Namespace) -> str | None:
         return partition if args.backend == "slurm" else None
     if os.environ.get("NBTRAIN_BACKEND", "").strip().lower() == "slurm":
         return partition
+    from nbtrain.tomlfile import project_file, read_toml
+
     try:
-        import tomllib
-    except ModuleNotFoundError:  # Python 3.10
-        import tomli as tomllib  # type: ignore[no-redef]
-    try:
-        with open("nbtrain.toml", "rb") as toml_file:
-            data = tomllib.load(toml_file)
-    except (OSError, ValueError):
+        data = read_toml(project_file())
+    except (OSError, SpecError):
         return None
     job, slurm = data.get("job"), data.get("slurm")
     if isinstance(job, dict) and job.get("backend") == "slurm":

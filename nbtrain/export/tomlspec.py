@@ -18,7 +18,6 @@ values of the wrong type and values JobSpec refuses.
 from __future__ import annotations
 
 import re
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -26,13 +25,9 @@ from typing import Any
 from nbtrain.errors import SpecError
 from nbtrain.flags import TOML_TABLES, TomlError, spec_from_toml, spec_to_toml
 from nbtrain.spec import JobSpec
+from nbtrain.tomlfile import parse_toml
 
 from .parameters import KINDS, Parameter
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
 
 __all__ = ["dump_job_toml", "load_job_toml"]
 
@@ -78,10 +73,7 @@ def load_job_toml(path: Path) -> tuple[JobSpec, dict[str, Parameter], dict[str, 
     values JobSpec refuses.
     """
     text = path.read_text(encoding="utf-8")
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as error:
-        raise SpecError(f"{path}: not valid TOML: {error}. Fix that line (see nbtrain export for the layout).") from None
+    data = parse_toml(text, path, fix="Fix that line (see nbtrain export for the layout).")
     for table in data:
         if table not in _TABLES or not isinstance(data[table], dict):
             raise SpecError(

@@ -7,17 +7,14 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
+from nbtrain.errors import SpecError
 from nbtrain.flags.parse import default_spec
 from nbtrain.flags.table import OPTIONS
 from nbtrain.profiles.load import load_catalog
 from nbtrain.profiles.model import Profile
 from nbtrain.profiles.resolve import TOML, Resolved, resolve
 from nbtrain.spec import JobSpec
-
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib  # type: ignore[no-redef]
+from nbtrain.tomlfile import read_toml
 
 __all__ = [
     "check_recorded_locks", "environment_sources", "job_sources", "recorded_profile", "resolve_args", "toml_sources",
@@ -44,7 +41,7 @@ def toml_sources(data: Mapping[str, object]) -> dict[str, str]:
 
 def job_sources(path: Path) -> dict[str, str]:
     """:func:`toml_sources` of the nbtrain.toml at ``path`` (already read and checked by ``load_job``)."""
-    return toml_sources(tomllib.loads(path.read_text(encoding="utf-8")))
+    return toml_sources(read_toml(path))
 
 
 def resolve_args(args: argparse.Namespace, *, base: JobSpec | None = None,
@@ -74,8 +71,8 @@ def resolve_args(args: argparse.Namespace, *, base: JobSpec | None = None,
 def recorded_profile(path: Path) -> str | None:
     """The profile a job directory's nbtrain.toml records (``"NAME VERSION"``, ``[source] profile``), if any."""
     try:
-        source = tomllib.loads(path.read_text(encoding="utf-8")).get("source")
-    except (OSError, tomllib.TOMLDecodeError):
+        source = read_toml(path).get("source")
+    except (OSError, SpecError):
         return None  # not a job directory's file (load_job reports a broken one)
     value = source.get("profile") if isinstance(source, Mapping) else None
     return value.strip() if isinstance(value, str) and value.strip() else None

@@ -26,13 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib  # type: ignore[no-redef]
-
 from nbtrain.errors import SpecError
 from nbtrain.profiles.model import Profile, parse_document
+from nbtrain.tomlfile import parse_toml, read_toml
 
 __all__ = ["BUILTIN_DIR", "ENTRY_POINT_GROUP", "Catalog", "config_dir", "load_catalog", "locks_out"]
 
@@ -67,17 +63,10 @@ def config_dir() -> Path:
     return Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config") / "nbtrain"
 
 
-def _read_toml(path: Path) -> dict[str, Any]:
-    try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as error:
-        raise SpecError(f"{path}: not valid TOML: {error}.") from None
-
-
 def _files(directory: Path, origin: str, label: str) -> Iterable[Callable[[], list[Profile]]]:
     for path in sorted(directory.glob("*.toml")) if directory.is_dir() else []:
         def one(path: Path = path) -> list[Profile]:
-            return parse_document(_read_toml(path), f"{label}{path}", default_name=path.stem, origin=origin)
+            return parse_document(read_toml(path), f"{label}{path}", default_name=path.stem, origin=origin)
         yield one
 
 
@@ -92,11 +81,7 @@ def _from_object(obj: Any, source: str) -> list[Profile]:
         obj = obj()
     if isinstance(obj, (str, bytes)):
         text = obj.decode() if isinstance(obj, bytes) else obj
-        try:
-            data = tomllib.loads(text)
-        except tomllib.TOMLDecodeError as error:
-            raise SpecError(f"{source}: not valid TOML: {error}.") from None
-        return parse_document(data, source, origin="package")
+        return parse_document(parse_toml(text, source), source, origin="package")
     if isinstance(obj, Mapping):
         return parse_document(obj, source, origin="package")
     if isinstance(obj, (list, tuple)):
@@ -122,7 +107,7 @@ def _packages() -> Iterable[Callable[[], list[Profile]]]:
 def _project(path: Path) -> Iterable[Callable[[], list[Profile]]]:
     if path.is_file():
         def one() -> list[Profile]:
-            data = _read_toml(path)
+            data = read_toml(path)
             return parse_document({"profiles": data["profiles"]}, str(path), origin="project") \
                 if "profiles" in data else []
         yield one

@@ -21,11 +21,9 @@ from typing import Any
 
 from nbtrain.errors import SpecError
 from nbtrain.storage.uris import Kind, StorageRoots
+from nbtrain.tomlfile import project_file, read_toml
 
 __all__ = ["load_roots", "roots_from_env", "roots_from_table", "user_config_path"]
-
-PROJECT_FILE = "nbtrain.toml"
-
 
 def roots_from_table(table: Mapping[str, Any], source: str) -> StorageRoots:
     """A ``[storage]`` table (``datasets = "s3://…"`` …) as roots; ``source`` names the file for messages.
@@ -61,16 +59,10 @@ def user_config_path(env: Mapping[str, str]) -> Path:
 
 def _storage_table(path: Path) -> StorageRoots:
     try:
-        import tomllib
-    except ImportError:  # Python 3.10
-        import tomli as tomllib  # type: ignore[no-redef]
-    try:
-        with open(path, "rb") as handle:
-            data = tomllib.load(handle)
-    except FileNotFoundError:
-        return StorageRoots()
-    except (OSError, ValueError) as error:
-        raise SpecError(f"{path}: cannot read its [storage] table ({error}); fix the file or remove it.") from None
+        data = read_toml(path, missing_ok=True)
+    except (OSError, SpecError) as error:
+        why = str(error).removeprefix(f"{path}: ").rstrip(".")
+        raise SpecError(f"{path}: cannot read its [storage] table ({why}); fix the file or remove it.") from None
     table = data.get("storage", {})
     if not isinstance(table, dict):
         raise SpecError(f"{path}: 'storage' must be a table ([storage] with datasets/checkpoints/artifacts keys).")
@@ -80,5 +72,5 @@ def _storage_table(path: Path) -> StorageRoots:
 def load_roots(cwd: Path | None = None, env: Mapping[str, str] | None = None) -> StorageRoots:
     """The roots in effect here: env over ``./nbtrain.toml`` over the user's config (see the module docstring)."""
     env = os.environ if env is None else env
-    project = (cwd or Path.cwd()) / PROJECT_FILE
+    project = project_file(cwd)
     return roots_from_env(env).over(_storage_table(project).over(_storage_table(user_config_path(env))))
