@@ -16,13 +16,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from nbtrain.model import Batch, LogPage, RunSnapshot
+from nbtrain.model import Batch, LogPage, RunSnapshot, RunState
 
 if TYPE_CHECKING:
     from nbtrain.backends.base import RunCursor
     from nbtrain.spec import JobSpec
 
-__all__ = ["RunFacts", "RunReader", "TrackedRun"]
+__all__ = ["FollowedRun", "RunFacts", "RunReader", "TrackedRun"]
 
 
 @dataclass(frozen=True)
@@ -114,3 +114,27 @@ class TrackedRun(RunReader, Protocol):
     def link_tracking(self, mlflow_run_id: str) -> None:
         """Keep ``mlflow_run_id`` in the run's record, on disk as it is now (another process may have saved it)."""
         ...
+
+
+class FollowedRun(TrackedRun, Protocol):
+    """What the run's tracking agent (:mod:`nbtrain.tracking.agent`) needs to follow a run in its own process, on its
+    own thread, beyond forwarding: the state, reading what is new, and letting the backend's work in this process end.
+    The client builds it (``nbtrain.client.agent``); tracking never builds a run."""
+
+    def status(self) -> RunState:
+        """The run's state now (asks the backend; a terminal verdict is recorded on the way)."""
+        ...
+
+    def sync(self, *, with_lines: bool = False) -> Batch:
+        """Read what is new from the backend and hand it to the listeners (on the caller's thread)."""
+        ...
+
+    def subscribe(self, listener: Callable[[Batch], None], *, lines: bool = True, watch: bool = True) -> None:
+        """Call ``listener`` with everything new; ``watch=False``: from this handle's own reads (:meth:`sync`)."""
+        ...
+
+    def release(self, timeout_s: float = 10.0) -> None:
+        """Stop following the run in this process, and the backend's background work here (log mirrors) within
+        ``timeout_s``; the run goes on (another process takes its following over)."""
+        ...
+

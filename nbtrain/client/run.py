@@ -303,6 +303,12 @@ class Run:
         """Stop following the run in this process (the run goes on, and so does its MLflow tracking agent)."""
         self.stop_watching()
 
+    def release(self, timeout_s: float = 10.0) -> None:
+        """Stop following the run in this process and the backend's background work here (log mirrors), within
+        ``timeout_s`` (the tracking agent, on exit); the run goes on: another process takes its following over."""
+        self.stop_watching()
+        self.backend.close(timeout_s)
+
     def watch(self) -> None:
         """Start the single background watcher of this handle (no-op if running or the run ended)."""
         self._watcher.start()

@@ -5,7 +5,7 @@ so ``import nbtrain.tracking`` costs only the standard library. The kernel never
 and ``attach`` start the run's agent, a detached process that follows the run and forwards it::
 
     from nbtrain.tracking.starter import ensure_agent
-    ensure_agent(store, record)             # start `python -m nbtrain.tracking.agent RUN_ID` unless one lives
+    ensure_agent(store, record)             # start `python -m nbtrain.client.agent RUN_ID` unless one lives
 
     # in the agent (nbtrain/tracking/agent.py):
     forwarder = TrackingForwarder(run, tracking_uri=uri, experiment=name)

@@ -1,8 +1,10 @@
-"""``python -m nbtrain.tracking.agent RUN_ID``: forward one run to MLflow, beside the run, without a kernel.
+"""The run's tracking agent: forward one run to MLflow, beside the run, without a kernel.
 
 Started detached (own session) by :func:`nbtrain.tracking.starter.ensure_agent` when a run is launched or
-attached. It follows the run the way ``attach`` does (a :class:`~nbtrain.client.Run` on the store and the
-backend; for Kubernetes that makes it the run's mirror unless another process mirrors already) and hands
+attached, as ``python -m nbtrain.client.agent RUN_ID``: the client opens the run (tracking never builds one) and
+hands it to :func:`main` here. It follows the run the way ``attach`` does (a :class:`~nbtrain.reader.FollowedRun`
+on the store and the backend; for Kubernetes that makes it the run's mirror unless another process mirrors
+already) and hands
 every batch to the one :class:`~nbtrain.tracking.forwarder.TrackingForwarder`, whose ledger and forwarding
 lock keep MLflow exactly once whoever forwards. It exits once the run is terminal and MLflow has all of it
 (status, artifacts), or after ``--settle-s`` seconds of failing to get there (a later attach starts a new
@@ -23,19 +25,23 @@ import argparse
 import fcntl
 import os
 import signal
-import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 
 from nbtrain.model import is_terminal
+from nbtrain.reader import FollowedRun
 from nbtrain.secrets import redact_url
-from nbtrain.store import Store, write_json_atomic
+from nbtrain.store import RunRecord, Store, write_json_atomic
 from nbtrain.tracking.ledger import Ledger
 from nbtrain.tracking.links import LEDGER_NAME
 from nbtrain.tracking.starter import AGENT_LOCK, AGENT_STATE, finalized
 
-__all__ = ["main"]
+__all__ = ["OpenRun", "main"]
+
+#: How the client opens a run for the agent (``nbtrain.client.agent``): the run's record and store -> a FollowedRun.
+OpenRun = Callable[[RunRecord, Store], FollowedRun]
 
 POLL_S = 0.5  # status + new events; the forwarder batches to MLflow every second anyway
 SETTLE_S = 600.0  # after the run ends: how long to keep trying to complete the MLflow run
@@ -96,10 +102,10 @@ def _stop(signum: int, frame: FrameType | None) -> None:
     raise SystemExit(128 + signum)  # not KeyboardInterrupt: nothing here may cancel the run
 
 
-def follow(store: Store, run_id: str, *, tracking_uri: str | None, experiment: str | None, lock: AgentLock,
-           log: _Log, settle_s: float = SETTLE_S) -> int:
-    """Forward ``run_id`` until it ends and MLflow has all of it; 0 when complete, 1 when given up."""
-    from nbtrain.client import Run
+def follow(store: Store, run_id: str, *, open_run: OpenRun, tracking_uri: str | None, experiment: str | None,
+           lock: AgentLock, log: _Log, settle_s: float = SETTLE_S) -> int:
+    """Forward ``run_id`` until it ends and MLflow has all of it; 0 when complete, 1 when given up. Every run opened
+    is released at the end (a Kubernetes run is mirrored by whichever process follows it: here, often)."""
     from nbtrain.tracking.forwarder import TrackingForwarder
 
     ledger_path = store.run_dir(run_id) / LEDGER_NAME
@@ -114,43 +120,47 @@ def follow(store: Store, run_id: str, *, tracking_uri: str | None, experiment: s
                 log(error)
             write_state(state_path, error)
 
-    while True:
-        record = store.load(run_id)
-        if not record.spec.tracking:
-            log("the run is not tracked (--no-tracking): nothing to do")
-            return 0
-        run = Run(record, store)
-        forwarder = TrackingForwarder(run, tracking_uri=tracking_uri, experiment=experiment)
-        run.subscribe(forwarder.on_batch, lines=False, watch=False)  # fed by the loop below, on this thread
-        log(f"following attempt {run.handle.attempt}")
-        try:
-            while True:
-                state = run.status()
-                run.sync()  # the forwarder's on_batch: new events, and the final flush once terminal
-                report(forwarder)
-                if state.terminal:
-                    break
-                time.sleep(POLL_S)
-            snap = run.snapshot(refresh=False)
-            deadline = time.monotonic() + settle_s
-            while not finalized(Ledger.load(ledger_path), snap.attempt, snap.state.value):
-                if time.monotonic() >= deadline:
-                    log(f"gave up after {settle_s:.0f} s: the MLflow run is not complete; attaching to the run "
-                        "starts a new agent, which goes on from what was sent")
-                    return 1
-                forwarder.flush(timeout=min(30.0, max(1.0, deadline - time.monotonic())))
-                report(forwarder)
-                time.sleep(1.0)
-        finally:
-            forwarder.close()
-        log(f"attempt {snap.attempt} {snap.state.value}: the MLflow run is complete")
-        # A resume may have launched a new attempt meanwhile and found our lock taken: go on with it.
-        lock.release()
-        fresh = store.load(run_id)
-        newer = fresh.latest_attempt > snap.attempt
-        if not newer or not lock.acquire():
-            return 0
-        time.sleep(POLL_S)  # the resume may still be submitting (its handle lands in the record after)
+    opened: list[FollowedRun] = []
+    try:
+        while True:
+            record = store.load(run_id)
+            if not record.spec.tracking:
+                log("the run is not tracked (--no-tracking): nothing to do")
+                return 0
+            run = open_run(record, store)
+            opened.append(run)
+            forwarder = TrackingForwarder(run, tracking_uri=tracking_uri, experiment=experiment)
+            run.subscribe(forwarder.on_batch, lines=False, watch=False)  # fed by the loop below, on this thread
+            log(f"following attempt {run.snapshot(refresh=False).attempt}")
+            try:
+                while True:
+                    state = run.status()
+                    run.sync()  # the forwarder's on_batch: new events, and the final flush once terminal
+                    report(forwarder)
+                    if state.terminal:
+                        break
+                    time.sleep(POLL_S)
+                snap = run.snapshot(refresh=False)
+                deadline = time.monotonic() + settle_s
+                while not finalized(Ledger.load(ledger_path), snap.attempt, snap.state.value):
+                    if time.monotonic() >= deadline:
+                        log(f"gave up after {settle_s:.0f} s: the MLflow run is not complete; attaching to the run "
+                            "starts a new agent, which goes on from what was sent")
+                        return 1
+                    forwarder.flush(timeout=min(30.0, max(1.0, deadline - time.monotonic())))
+                    report(forwarder)
+                    time.sleep(1.0)
+            finally:
+                forwarder.close()
+            log(f"attempt {snap.attempt} {snap.state.value}: the MLflow run is complete")
+            # A resume may have launched a new attempt meanwhile and found our lock taken: go on with it.
+            lock.release()
+            if not store.load(run_id).latest_attempt > snap.attempt or not lock.acquire():
+                return 0
+            time.sleep(POLL_S)  # the resume may still be submitting (its handle lands in the record after)
+    finally:
+        for followed in opened:
+            followed.release(10.0)
 
 
 #: What rank 0 writes once its training is under way (or over): the gang's start-up is behind it.
@@ -191,9 +201,10 @@ def await_first_step(store: Store, run_id: str, *, timeout: float = START_WAIT_S
         time.sleep(POLL_S)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point (see the module docstring); the exit code says whether the MLflow run is complete."""
-    parser = argparse.ArgumentParser(prog="python -m nbtrain.tracking.agent",
+def main(argv: list[str] | None = None, *, open_run: OpenRun) -> int:
+    """The agent's process (see the module docstring) with ``open_run`` opening the run; the exit code says whether
+    the MLflow run is complete."""
+    parser = argparse.ArgumentParser(prog="python -m nbtrain.client.agent",
                                      description="Forward one nbtrain run to MLflow until it ends.")
     parser.add_argument("run_id")
     parser.add_argument("--store", help="the store's root (default: NBTRAIN_HOME or ~/.nbtrain)")
@@ -219,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if store.load(args.run_id).backend in ("local", "slurm"):  # a Kubernetes run's agent may be its mirror
             await_first_step(store, args.run_id)
-        code = follow(store, args.run_id, tracking_uri=uri, experiment=args.experiment, lock=lock, log=log,
+        code = follow(store, args.run_id, open_run=open_run, tracking_uri=uri, experiment=args.experiment, lock=lock, log=log,
                       settle_s=args.settle_s)
     except SystemExit as stop:
         log(f"stopped by a signal ({stop.code}); the next agent goes on from what was sent")
@@ -230,22 +241,6 @@ def main(argv: list[str] | None = None) -> int:
         log(f"failed: {type(error).__name__}: {error}\n{traceback.format_exc()}")
         code = 1
     finally:
-        _stop_mirrors()
         lock.release()
     log(f"exiting ({code})")
     return code
-
-
-def _stop_mirrors() -> None:
-    """A Kubernetes run is mirrored by whichever process follows it: here, often. Let the mirror end cleanly."""
-    backend = sys.modules.get("nbtrain.backends.kubernetes.backend")
-    stop = getattr(backend, "stop_mirrors", None)
-    if stop is not None:
-        try:
-            stop(10.0)
-        except Exception:  # noqa: BLE001 - exiting anyway; the next follower takes the mirror over
-            pass
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -212,7 +212,7 @@ def ensure_agent(store: Store, record: RunRecord) -> int | None:
     for name in ("NBTRAIN_RUN_ID", "NBTRAIN_SUPERVISOR_OF"):  # not a gang process: cancel must not end it
         env.pop(name, None)
     cwd = config.get("cwd") or ""
-    argv = [sys.executable, "-m", "nbtrain.tracking.agent", record.run_id, "--store", str(store.root),
+    argv = [sys.executable, "-m", "nbtrain.client.agent", record.run_id, "--store", str(store.root),
             "--experiment", config["experiment"]]
     log = os.open(run_dir / AGENT_LOG, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
     try:

@@ -325,7 +325,7 @@ def test_a_second_agent_for_the_same_run_exits_at_once(tracked: Store, tmp_path:
     _until(lambda: (store.run_dir(gang.run_id) / "tracking-agent.lock").exists()
            and bool((store.run_dir(gang.run_id) / "tracking-agent.lock").read_text()))
     started = time.monotonic()
-    second = subprocess.run([sys.executable, "-m", "nbtrain.tracking.agent", gang.run_id, "--store", str(store.root)],
+    second = subprocess.run([sys.executable, "-m", "nbtrain.client.agent", gang.run_id, "--store", str(store.root)],
                             capture_output=True, text=True, timeout=60)
     assert second.returncode == 0 and "another tracking agent follows this run" in second.stdout
     assert time.monotonic() - started < 30
