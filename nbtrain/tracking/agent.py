@@ -22,7 +22,6 @@ SIGTERM or SIGINT ends the agent (never the run); whatever was not sent yet is s
 from __future__ import annotations
 
 import argparse
-import fcntl
 import os
 import signal
 import time
@@ -30,6 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 
+from nbtrain.filelock import FileLock
 from nbtrain.model import is_terminal
 from nbtrain.reader import FollowedRun
 from nbtrain.secrets import redact_url
@@ -50,35 +50,23 @@ START_WAIT_S = 300.0  # at most this long for a gang's training to get under way
 
 
 class AgentLock:
-    """``tracking-agent.lock``: flock held for the agent's life, its pid written inside."""
+    """``tracking-agent.lock``: held for the agent's life (:class:`nbtrain.filelock.FileLock`), its pid written inside."""
 
     def __init__(self, run_dir: Path) -> None:
         self.path = run_dir / AGENT_LOCK
-        self.fd: int | None = None
+        self._lock = FileLock(self.path)
 
     def acquire(self, wait_s: float = LOCK_WAIT_S) -> bool:
-        """Take the lock, retrying for ``wait_s`` (probes); False when another agent holds it."""
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        deadline = time.monotonic() + wait_s
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except OSError:
-                if time.monotonic() >= deadline:
-                    os.close(fd)
-                    return False
-                time.sleep(0.05)
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
-        self.fd = fd
+        """Take the lock, retrying for ``wait_s`` (a kernel's probe holds it for an instant); False when another
+        agent holds it."""
+        if not self._lock.acquire(blocking=False, wait_s=wait_s):
+            return False
+        self._lock.write(f"{os.getpid()}\n")
         return True
 
     def release(self) -> None:
         """Let go (idempotent)."""
-        fd, self.fd = self.fd, None
-        if fd is not None:
-            os.close(fd)
+        self._lock.release()
 
 
 class _Log:

@@ -27,13 +27,13 @@ files it uploads (:mod:`nbtrain.tracking.artifacts`).
 
 from __future__ import annotations
 
-import fcntl
 import os
 import threading
 import time
 from typing import TYPE_CHECKING, Any
 
 from nbtrain.events import Event, EventKind
+from nbtrain.filelock import FileLock
 from nbtrain.model import Batch, RunSnapshot, RunState
 from nbtrain.secrets import redact_url
 from nbtrain.tracking.artifacts import new_run_params, new_run_tags, upload_artifacts
@@ -92,7 +92,7 @@ class TrackingForwarder:
         self._closed = False
         self._thread: threading.Thread | None = None
         # below: touched by the forwarder's thread only
-        self._lock_fd: int | None = None
+        self._lock = FileLock(self._dir / LOCK_NAME, mode=0o644)
         self._ledger = Ledger()
         self._queued: dict[str, int] = {}
         self._marking: set[int] = set()
@@ -173,7 +173,7 @@ class TrackingForwarder:
     @property
     def active(self) -> bool:
         """True while this forwarder holds the run's forwarding lock (it is the one sending)."""
-        return self._lock_fd is not None
+        return self._lock.held
 
     @property
     def mlflow_run_id(self) -> str | None:
@@ -237,7 +237,7 @@ class TrackingForwarder:
         """
         now = time.monotonic()
         closing = self._closed
-        if self._lock_fd is None:
+        if not self._lock.held:
             ledger = Ledger.load(self._ledger_path)
             if any(not ledger.seen(e) for e in events):
                 self._behind = True  # dropped here; the catch-up read brings them back
@@ -310,26 +310,15 @@ class TrackingForwarder:
     # -- lock ---------------------------------------------------------------------------------------
     def _acquire(self) -> bool:
         try:
-            fd = os.open(self._dir / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            if not self._lock.acquire(blocking=False):
+                return False
         except OSError:
             return False
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(fd)
-            return False
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
-        self._lock_fd = fd
+        self._lock.write(f"{os.getpid()}\n")
         return True
 
     def _release(self) -> None:
-        fd, self._lock_fd = self._lock_fd, None
-        if fd is not None:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_UN)
-            finally:
-                os.close(fd)
+        self._lock.release()
 
     # -- MLflow -------------------------------------------------------------------------------------
     def _ensure_run(self) -> None:

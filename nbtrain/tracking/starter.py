@@ -22,7 +22,6 @@ it in its environment as ``MLFLOW_TRACKING_URI`` (not on its command line, which
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import subprocess
@@ -33,6 +32,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from nbtrain.filelock import is_locked
 from nbtrain.model import is_terminal
 from nbtrain.runtime.watchdog import start_time
 from nbtrain.spec import tracking_default
@@ -136,21 +136,6 @@ def _lock_pid(path: Path) -> int:
         return 0
 
 
-def _lock_held(path: Path) -> bool:
-    """True while some process holds ``path``'s flock (probes for an instant; the agent retries a probed lock)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        return True
-    finally:
-        os.close(fd)  # closing drops a lock we just took
-    return False
-
-
 def _reap() -> None:
     with _children_lock:
         for run_id, child in list(_children.items()):
@@ -161,7 +146,7 @@ def _reap() -> None:
 def agent_alive(run_dir: Path) -> bool:
     """True while an agent follows the run of ``run_dir`` (or one this process started is still starting)."""
     lock = run_dir / AGENT_LOCK
-    if _lock_held(lock):
+    if is_locked(lock):
         # a killed agent's lock outlives it briefly (its other threads are still exiting while it shows as a
         # zombie): a holder that no longer runs is on its way out, and a new agent waits for the lock
         pid = _lock_pid(lock)

@@ -84,6 +84,10 @@ class KubernetesBackend(StoreBackedBackend):
         self._apis: dict[str | None, KubeApi] = {}
         self._lock = threading.Lock()
 
+    def close(self, timeout_s: float = 10.0) -> None:
+        """Stop this process's log mirrors (the next process that follows a run takes its mirror over)."""
+        stop_mirrors(timeout_s)
+
     def api(self, context: str | None = None) -> KubeApi:
         """The (lazily connected) API client for kubeconfig ``context`` (None: the configured one)."""
         with self._lock:
