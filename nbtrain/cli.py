@@ -242,11 +242,12 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     checks = run_checks()
     names = {c.name for c in checks}
     checks += [c for c in extra_checks() if c.name not in names]
-    slurm = _doctor_slurm_partition(args)
-    if slurm is not None:
-        from nbtrain.backends.slurm.checks import slurm_checks
+    selected = _doctor_selection(args)
+    if selected is not None:
+        from nbtrain.backends import get_backend
 
-        checks += slurm_checks(partition=slurm or None)
+        name, settings = selected
+        checks += get_backend(name).doctor_checks(settings)
     if args.json:
         print_json([{"name": c.name, "ok": c.ok, "detail": c.detail, "fix": c.fix} for c in checks])
     else:
@@ -254,30 +255,41 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     return EXIT_OK if all(c.ok for c in checks) else EXIT_FAILED
 
 
-def _doctor_slurm_partition(args: argparse.Namespace) -> str | None:
-    """None: no Slurm checks; else the partition to probe ("" = the default one). Slurm is checked when asked
-    (``--backend slurm``) or when NBTRAIN_BACKEND or ./nbtrain.toml (``[job] backend``) selects it."""
+def _doctor_selection(args: argparse.Namespace) -> tuple[str, dict[str, Any]] | None:
+    """The backend whose own checks (:meth:`~nbtrain.backends.base.Backend.doctor_checks`) ``nbtrain doctor`` runs,
+    and their settings; None when none is selected. Asked (``--backend NAME``), else selected by NBTRAIN_BACKEND,
+    else by ./nbtrain.toml (``[job] backend``). The settings: nbtrain.toml's ``[NAME]`` table, ``--partition`` over
+    it. An unreadable nbtrain.toml selects nothing and sets nothing (``nbtrain submit`` reports it)."""
     import os
 
-    partition = args.partition or ""
-    if args.backend is not None:
-        from nbtrain.registry import backend_names, unknown_backend
-
-        if args.backend not in backend_names():
-            raise SpecError(unknown_backend(args.backend))
-        return partition if args.backend == "slurm" else None
-    if os.environ.get("NBTRAIN_BACKEND", "").strip().lower() == "slurm":
-        return partition
     from nbtrain.tomlfile import project_file, read_toml
 
     try:
         data = read_toml(project_file())
     except (OSError, SpecError):
+        data = {}
+    job = data.get("job")
+    if args.backend is not None:
+        from nbtrain.registry import backend_names, unknown_backend
+
+        if args.backend not in backend_names():
+            raise SpecError(unknown_backend(args.backend))
+        name = args.backend
+    else:
+        name = (os.environ.get("NBTRAIN_BACKEND", "").strip().lower()
+                or str((job if isinstance(job, dict) else {}).get("backend") or ""))
+    if not name:
         return None
-    job, slurm = data.get("job"), data.get("slurm")
-    if isinstance(job, dict) and job.get("backend") == "slurm":
-        return partition or str((slurm if isinstance(slurm, dict) else {}).get("partition") or "")
-    return None
+    if args.backend is None:
+        from nbtrain.registry import backend_names
+
+        if name not in backend_names():  # the backends line of the checks names what is installed
+            return None
+    table = data.get(name)
+    settings = dict(table) if isinstance(table, dict) else {}
+    if args.partition:
+        settings["partition"] = args.partition
+    return name, settings
 
 
 def extra_checks() -> list[Any]:

@@ -1,5 +1,6 @@
 """When ``nbtrain doctor`` checks Slurm: asked (--backend slurm), or selected by NBTRAIN_BACKEND or ./nbtrain.toml;
-which partition its store probe uses."""
+which partition its store probe uses. The doctor selects a backend and its settings (``_doctor_selection``); the
+Slurm backend's ``doctor_checks`` probes ``settings["partition"]``."""
 
 from __future__ import annotations
 
@@ -8,7 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from nbtrain.cli import _doctor_slurm_partition
+from nbtrain.cli import _doctor_selection
+
+
+def _doctor_slurm_partition(args: argparse.Namespace) -> str | None:
+    """None: no Slurm checks; else the partition the Slurm checks probe ("" = the default one)."""
+    selected = _doctor_selection(args)
+    if selected is None or selected[0] != "slurm":
+        return None
+    return str(selected[1].get("partition") or "")
 
 
 def _args(backend: str | None = None, partition: str | None = None) -> argparse.Namespace:

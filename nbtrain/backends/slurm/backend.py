@@ -31,6 +31,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,7 @@ from nbtrain.backends.slurm.script import batch_script, sbatch_options
 from nbtrain.backends.statusfile import read_status as _read_status
 from nbtrain.backends.statusfile import status_from as _stored
 from nbtrain.backends.storecursor import attempt_numbers
+from nbtrain.doctor import Check
 from nbtrain.errors import BackendError, EnvironmentProblem, SpecError
 from nbtrain.events import EventKind, EventWriter
 from nbtrain.filelock import try_locked
@@ -113,6 +115,12 @@ class SlurmBackend(StoreBackedBackend):
     def __init__(self, store: Store | None = None, *, python: str | None = None) -> None:
         super().__init__(store)
         self.python = python or os.environ.get("NBTRAIN_PYTHON") or sys.executable
+
+    def doctor_checks(self, settings: Mapping[str, Any]) -> list[Check]:
+        """Slurm's client, controller, and the store seen from a node of ``settings["partition"]`` (default one)."""
+        from nbtrain.backends.slurm.checks import slurm_checks
+
+        return slurm_checks(self.store, partition=str(settings.get("partition") or "") or None)
 
     def checkpoint_root(self, spec: JobSpec, run_id: str) -> str:
         """``--checkpoint-dir``/<run id> (on a filesystem every node shares), else inside the run's directory.
