@@ -30,7 +30,7 @@ import re
 import secrets
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,6 +41,7 @@ __all__ = [
     "EVENT_KEY_BYTES",
     "NOT_FROM_RANKS",
     "SCHEMA_VERSION",
+    "STEP_RANGE",
     "STREAM_MARKER",
     "Event",
     "EventKind",
@@ -50,7 +51,9 @@ __all__ = [
     "StreamEventWriter",
     "decode_event_key",
     "encode_event_key",
+    "event_step",
     "event_tag",
+    "metric_values",
     "new_event_key",
     "parse_line",
     "parse_stream_line",
@@ -66,6 +69,8 @@ _HEX_TAG = re.compile(r"[0-9a-f]{64}")
 _RANK_PREFIX = re.compile(r"^\[(?:default)?([0-9]{1,9})\]:|^\[rank([0-9]{1,9})\]:")
 
 SCHEMA_VERSION = 1
+# The steps a metric point may have: MLflow stores them as int64, and so do the charts' series (array "q").
+STEP_RANGE = (-(2**63), 2**63 - 1)
 
 
 class EventKind(str, enum.Enum):
@@ -145,6 +150,31 @@ class Event:
     def key(self) -> tuple[str, int, int]:
         """Identity for de-duplication: (source, attempt, seq)."""
         return (self.source, self.attempt, self.seq)
+
+
+def event_step(data: Mapping[str, Any]) -> int | None:
+    """The ``step`` in an event's ``data`` when it is a whole number in :data:`STEP_RANGE`, else None.
+
+    ``nbtrain.log`` refuses other steps, but an event file is data (a worker of another version, a hand-written
+    line): readers skip a point whose step is None rather than fail on it.
+    """
+    step = data.get("step")
+    if isinstance(step, float) and step.is_integer() and abs(step) < 2.0**63:
+        step = int(step)
+    if isinstance(step, bool) or not isinstance(step, int) or not STEP_RANGE[0] <= step <= STEP_RANGE[1]:
+        return None
+    return step
+
+
+def metric_values(data: Mapping[str, Any]) -> list[tuple[str, float]]:
+    """``(name, value)`` of a METRIC event's ``data["values"]`` that are numbers (others skipped, as
+    :func:`event_step` skips a bad step: a reader never fails on a stored point)."""
+    values = data.get("values")
+    out = []
+    for name, value in values.items() if isinstance(values, Mapping) else ():
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            out.append((str(name), float(value)))
+    return out
 
 
 def _json_default(value: Any) -> Any:

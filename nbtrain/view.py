@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, overload
 
-from nbtrain.events import Event, EventKind
+from nbtrain.events import Event, EventKind, event_step, metric_values
 from nbtrain.model import Failure, RunState
 
 __all__ = ["METRIC_POINTS", "MetricSeries", "RankInfo", "RunView", "metric_history"]
@@ -139,11 +139,13 @@ def metric_history(events: Iterable[Event], rank: int) -> dict[str, list[tuple[i
     for event in events:
         if event.kind is not EventKind.METRIC or event.rank != rank:
             continue
-        step = int(event.data["step"])
-        for name, value in (event.data.get("values") or {}).items():
-            points = latest.setdefault(str(name), {})
+        step = event_step(event.data)
+        if step is None:  # a bad stored point (nbtrain.log refuses it): skipped, never fatal
+            continue
+        for name, value in metric_values(event.data):
+            points = latest.setdefault(name, {})
             if step not in points or event.attempt >= points[step][0]:
-                points[step] = (event.attempt, float(value))
+                points[step] = (event.attempt, value)
     return {name: [(step, value) for step, (_, value) in sorted(points.items())] for name, points in latest.items()}
 
 
@@ -248,9 +250,9 @@ class RunView:
             elif kind is EventKind.ENV:
                 info.env = dict(data)
             elif kind is EventKind.METRIC:
-                info.last_step = int(data["step"])
+                info.last_step = event_step(data) if event_step(data) is not None else info.last_step
                 info.last_progress = event.time
-                if data.get("total") is not None:
+                if isinstance(data.get("total"), int):
                     self.total = int(data["total"])
             elif kind is EventKind.HEARTBEAT:  # progress: the step the rank is at, metrics or not
                 if data.get("step") is not None:
@@ -268,13 +270,13 @@ class RunView:
     def _record_history(self, event: Event) -> None:
         """Per-attempt verdicts, the checkpoint list and the metrics, kept for every attempt (not only the latest)."""
         if event.kind is EventKind.METRIC and event.rank is not None:
-            step = int(event.data["step"])
+            step = event_step(event.data)
             series = self.metrics.setdefault(event.rank, {})
-            for name, value in (event.data.get("values") or {}).items():
+            for name, value in metric_values(event.data) if step is not None else ():
                 points = series.get(name)
                 if points is None:
                     points = series[name] = MetricSeries(self.metric_points)
-                points.add(event.attempt, step, float(value))
+                points.add(event.attempt, step, value)
         elif event.kind is EventKind.CHECKPOINT and event.rank in (0, None):
             entry = {"step": int(event.data["step"]), "path": event.data.get("path"), "time": event.time,
                      "attempt": event.attempt, "bytes": event.data.get("bytes")}

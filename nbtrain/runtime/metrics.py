@@ -15,7 +15,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from nbtrain.events import EventKind
+from nbtrain.events import STEP_RANGE, EventKind
 from nbtrain.runtime import context, progress, stopping
 
 ENV_MAX_STEPS = "NBTRAIN_MAX_STEPS"
@@ -88,6 +88,10 @@ def _check_step(step: Any) -> None:
     if not whole:
         raise TypeError(f"nbtrain.log() step must be a whole number, not {type(step).__name__} {step!r}: "
                         f"call {LOG_FORMS}.")
+    if not STEP_RANGE[0] <= int(step) <= STEP_RANGE[1]:
+        raise ValueError(f"nbtrain.log() step {int(step)} is outside the steps MLflow and nbtrain's charts store "
+                         f"(64-bit: {STEP_RANGE[0]} to {STEP_RANGE[1]}); count steps from 0 (a step number, not a "
+                         "timestamp in nanoseconds or a hash).")
 
 
 def record(values: Mapping[str, Any], step: int | None, total: int | None = None) -> None:
@@ -98,6 +102,10 @@ def record(values: Mapping[str, Any], step: int | None, total: int | None = None
         return
     if step is None:
         step = ctx.auto_step
+    if not STEP_RANGE[0] <= int(step) <= STEP_RANGE[1]:  # Accelerate's tracker path: nbtrain.log refuses it
+        ctx.emit(EventKind.NOTICE, message=f"metrics at step {int(step)} not recorded: a step must fit in 64 bits "
+                                           f"({STEP_RANGE[0]} to {STEP_RANGE[1]}), as MLflow stores it")
+        return
     ctx.auto_step = int(step) + 1
     clean: dict[str, float] = {}
     for key, value in values.items():

@@ -32,7 +32,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from nbtrain.events import Event, EventKind
+from nbtrain.events import Event, EventKind, event_step
 from nbtrain.filelock import FileLock
 from nbtrain.model import Batch, RunSnapshot, RunState
 from nbtrain.secrets import redact_url
@@ -375,8 +375,9 @@ class TrackingForwarder:
                 continue
             self._queued[key] = event.seq
             entry = Entry(key, event.seq)
-            if event.kind is EventKind.METRIC and event.rank == 0:
-                step, stamp = int(event.data.get("step") or 0), int(event.time * 1000)
+            step = event_step(event.data)  # None: a bad stored point (nbtrain.log refuses it), MLflow would too
+            if event.kind is EventKind.METRIC and event.rank == 0 and step is not None:
+                stamp = int(event.time * 1000)
                 if event.attempt not in self._ledger.marked and event.attempt not in self._marking:
                     self._marking.add(event.attempt)
                     entry.marks = event.attempt

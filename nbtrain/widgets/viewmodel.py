@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from nbtrain.events import EventKind, LineBlock
+from nbtrain.events import EventKind, LineBlock, event_step, metric_values
 from nbtrain.model import Batch, LogPage, RunSnapshot, RunState
 from nbtrain.view import MetricSeries, RankInfo
 from nbtrain.widgets.decimate import decimate
@@ -167,9 +167,9 @@ class MonitorModel:
         for event in batch.events:
             if event.kind is not EventKind.METRIC or event.rank != 0:
                 continue
-            step = int(event.data["step"])
-            for key, value in event.data.get("values", {}).items():
-                self.add_point(key, event.attempt, step, float(value))
+            step = event_step(event.data)
+            for key, value in metric_values(event.data) if step is not None else ():
+                self.add_point(key, event.attempt, step, value)
 
     def add_point(self, key: str, attempt: int, step: int, value: float, *, send: bool = True) -> None:
         """One rank-0 point of chart ``key`` (``send``: also in the next batch message)."""

@@ -55,3 +55,13 @@ def test_a_wrong_call_names_both_forms_inside_and_outside_a_run(call: Any, event
         assert message.startswith("nbtrain.log()")
         assert 'nbtrain.log({"loss": 0.5}, step=3)' in message and "nbtrain.log(step=3, loss=0.5)" in message
     assert _metrics(events) == []
+
+
+@pytest.mark.parametrize("step", [2**63, -(2**63) - 1, 10**30])
+def test_a_step_outside_64_bits_is_refused_with_nbtrains_message(step: int, events: Path) -> None:
+    """Issue 28: such a step would break MLflow and the run's charts for good; refused where it is logged."""
+    with pytest.raises(ValueError, match=rf"nbtrain.log\(\) step {step} is outside the steps MLflow and nbtrain's "
+                                         r"charts store \(64-bit"):
+        nbtrain.log({"loss": 1.0}, step=step)
+    nbtrain.log({"loss": 1.0}, step=2**63 - 1)  # the largest step that fits is fine
+    assert _metrics(events) == [(2**63 - 1, {"loss": 1.0})]

@@ -228,3 +228,20 @@ def test_a_chart_series_restarts_like_the_chart_does() -> None:
     for step in range(7, 100):
         chart.add(1, step, 1.0)
     assert len(chart) <= 16 and chart.points()[-1] == (99.0, 1.0)
+
+
+def test_a_stored_point_with_a_step_outside_int64_or_a_bad_value_is_skipped_not_fatal() -> None:
+    """Issue 28: nbtrain.log refuses such steps, but an event file is data: the view, the metric history and the
+    charts skip the bad point and keep every good one."""
+    rank0 = Source("rank-0", rank=0)
+    events = [_metric(rank0, 1, loss=0.9), rank0(EventKind.METRIC, step=2**63, values={"loss": 0.5}),
+              rank0(EventKind.METRIC, step=-(2**63) - 1, values={"loss": 0.4}),
+              rank0(EventKind.METRIC, step="7", values={"loss": 0.3}),
+              rank0(EventKind.METRIC, step=3, values={"loss": "nan?", "acc": 0.5}), _metric(rank0, 4, loss=0.2)]
+    view = RunView()
+    for event in events:
+        view.apply(event)
+    assert list(view.metrics[0]["loss"]) == [(0, 1, 0.9), (0, 4, 0.2)]
+    assert list(view.metrics[0]["acc"]) == [(0, 3, 0.5)]
+    assert view.ranks[0].last_step == 4
+    assert metric_history(events, 0) == {"loss": [(1, 0.9), (4, 0.2)], "acc": [(3, 0.5)]}
