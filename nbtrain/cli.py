@@ -104,9 +104,19 @@ def _cmd_submit(args: argparse.Namespace) -> int:
 
 
 def _cmd_runs(args: argparse.Namespace) -> int:
-    from nbtrain import client
+    from nbtrain.client.run import Run
+    from nbtrain.store import Store
 
-    rows = [run_summary(run) for run in client.runs()]
+    store = Store()
+    records, problems = store.scan()
+    rows = []
+    for record in records:  # one damaged file leaves its run out, named, and the others listed
+        try:
+            rows.append(run_summary(Run(record, store)))
+        except (NbtrainError, OSError, ValueError) as error:
+            problems.append(f"{error}" if str(record.run_id) in str(error) else f"run {record.run_id}: {error}")
+    for problem in problems:
+        print(f"nbtrain runs: left out {problem}", file=sys.stderr)
     if args.json:
         print_json(rows)
     else:

@@ -14,6 +14,7 @@ Every message says what failed, the offending value, and what to do about it::
     ├── EnvironmentProblem        the machine lacks something (accelerate, GPUs, a free port)
     ├── BackendError              the backend could not start, query or stop a run
     ├── RunNotFoundError          no run with that id in the store
+    ├── StoreFileError            a file in the store is damaged (truncated, edited); names the file
     └── RunFailedError            a run ended FAILED (raised by ``Run.wait``/``result``; names the rank)
 """
 
@@ -31,6 +32,7 @@ __all__ = [
     "RunNotFoundError",
     "SecretInBundleError",
     "SpecError",
+    "StoreFileError",
     "UndefinedNameError",
     "UnpicklableError",
 ]
@@ -82,6 +84,11 @@ class BackendError(NbtrainError, RuntimeError):
 
 class RunNotFoundError(NbtrainError, LookupError):
     """No run with the given id exists in the store."""
+
+
+class StoreFileError(NbtrainError, ValueError):
+    """A file in the run store is not what nbtrain wrote (truncated, edited, of another shape); the message names
+    the file, what is wrong with it, and what to do."""
 
 
 class RunFailedError(NbtrainError, RuntimeError):

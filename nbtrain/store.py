@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nbtrain.errors import EnvironmentProblem, RunNotFoundError
+from nbtrain.errors import EnvironmentProblem, RunNotFoundError, StoreFileError
 from nbtrain.private import PRIVATE_DIR, PRIVATE_FILE, PRIVATE_UMASK, private_dir
 from nbtrain.spec import JobSpec, slugify
 
@@ -69,9 +69,14 @@ def write_json_atomic(path: Path, data: Any) -> None:
 
 
 def read_json(path: Path) -> Any:
-    """Parse a JSON file written by :func:`write_json_atomic`."""
+    """Parse a JSON file written by :func:`write_json_atomic`; StoreFileError (a ValueError) naming the file when it
+    is not JSON (truncated, edited)."""
     with open(path, encoding="utf-8") as handle:
-        return json.load(handle)
+        try:
+            return json.load(handle)
+        except ValueError as error:  # JSONDecodeError, or bytes that are not UTF-8
+            raise StoreFileError(f"{path}: not valid JSON ({error}); the file is damaged (truncated or edited). "
+                                 "Restore it, or move its run directory out of the store.") from None
 
 
 @dataclass
@@ -202,7 +207,15 @@ class Store:
             close = close[:5]
             hint = f" Did you mean: {', '.join(close)}?" if close else " List runs with nbtrain.runs() or `%nbtrain runs`."
             raise RunNotFoundError(f"no run {run_id!r} in the store at {self.root}.{hint}")
-        return RunRecord.from_dict(read_json(path))
+        data = read_json(path)
+        try:
+            if not isinstance(data, dict):
+                raise TypeError(f"a JSON {type(data).__name__}, not an object")
+            return RunRecord.from_dict(data)
+        except (KeyError, TypeError, ValueError) as error:
+            what = f"no {error}" if isinstance(error, KeyError) else str(error)
+            raise StoreFileError(f"run {run_id}: {path} is not a run record nbtrain can read ({what}); restore the "
+                                 "file, or move the run's directory out of the store.") from None
 
     def resolve(self, run_id: str) -> str:
         """Expand a unique prefix of a run id into the full id."""
@@ -223,11 +236,19 @@ class Store:
         return [run_id for _, run_id in sorted(found, reverse=True)]
 
     def records(self) -> list[RunRecord]:
-        """Every readable record, newest first (records that fail to parse are skipped)."""
-        out = []
+        """Every readable record, newest first (records that fail to parse are skipped: :meth:`scan` names them)."""
+        return self.scan()[0]
+
+    def scan(self) -> tuple[list[RunRecord], list[str]]:
+        """Every readable record, newest first, and one message per run whose record cannot be read (naming the run
+        and the file: :meth:`load`'s StoreFileError). A run removed while scanning is simply gone."""
+        out, problems = [], []
         for run_id in self.ids():
             try:
                 out.append(self.load(run_id))
-            except (OSError, ValueError, KeyError, TypeError):
+            except RunNotFoundError:
                 continue
-        return sorted(out, key=lambda r: r.created, reverse=True)
+            except (OSError, ValueError) as error:
+                problems.append(str(error) if isinstance(error, StoreFileError) else
+                                f"run {run_id}: {self.run_dir(run_id) / 'record.json'} cannot be read ({error}).")
+        return sorted(out, key=lambda r: r.created, reverse=True), problems

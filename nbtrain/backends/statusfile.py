@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from nbtrain.errors import StoreFileError
 from nbtrain.model import Failure, RunState, RunStatus
 from nbtrain.store import read_json
 
@@ -23,12 +24,22 @@ __all__ = ["read_status", "status_from"]
 
 
 def read_status(path: Path) -> dict[str, Any] | None:
-    """The content of a ``status.json``; None when it is missing, unreadable or not a status yet."""
+    """The content of a ``status.json``; None when it is missing, unreadable or not a status yet.
+
+    StoreFileError naming the file when its ``state`` is none nbtrain writes (an edited or foreign file): what the
+    attempt is doing cannot be told, and guessing would misreport the run.
+    """
     try:
         data = read_json(path)
     except (OSError, ValueError):
         return None
-    return data if isinstance(data, dict) and "state" in data else None
+    if not (isinstance(data, dict) and "state" in data):
+        return None
+    if data["state"] not in {s.value for s in RunState}:
+        raise StoreFileError(f"{path}: state {data['state']!r} is not a run state nbtrain writes (one of "
+                             f"{', '.join(s.value for s in RunState)}); the file was edited or damaged. Restore it, "
+                             "or move its run directory out of the store.")
+    return data
 
 
 def status_from(data: Mapping[str, Any] | None, attempt: int) -> RunStatus | None:
