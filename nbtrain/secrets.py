@@ -5,14 +5,17 @@ refused in ``--env``, masked in MLflow params, and redacted in REST answers, ``-
 
 - :func:`looks_secret_name` — a *name* that holds a credential: a word token, secret, password, passwd,
   passphrase, pat, credential(s), auth, oauth or apikey anywhere in it (``HF_TOKEN``, ``GITHUB_PAT``,
-  ``AWS_SECRET_ACCESS_KEY``, ``dbPassword``, ``hftoken``), or a ``*_KEY`` whose qualifier is not a data
+  ``AWS_SECRET_ACCESS_KEY``, ``dbPassword``, ``hftoken``), pass, pwd or cookie after a qualifier (``DB_PASS``,
+  ``MYSQL_PWD``, ``SESSION_COOKIE``; not the shell's ``PWD``), or a ``*_KEY`` whose qualifier is not a data
   word (``STRIPE_KEY``, ``api_key`` yes; ``sort_key``, ``text_key``, a bare ``key`` no). Words, not substrings:
   ``TOKENIZERS_PARALLELISM`` and ``MONKEY`` are not secrets. A name that ends by naming something *about* the
   secret is not one (``HF_TOKEN_PATH``, ``KEY_FILE``, ``SSH_AUTH_SOCK``, ``auth_method``, ``AWS_ACCESS_KEY_ID``),
   nor are tokenizer tokens (``pad_token``, ``eos_token``).
 - :func:`looks_secret_value` — a *value* that is a credential whatever its name: known token prefixes
   (``hf_``, ``ghp_``/``gho_``/``ghs_``…, ``github_pat_``, ``glpat-``, ``sk-``, ``sk_live_``/``sk_test_``,
-  ``AKIA…``, ``xox…-``), ``Bearer …``, a PEM private key, or a URL with a password (``postgres://u:pw@host``).
+  ``AKIA…``, ``xox…-``, Google's ``AIza…``), a JWT (``eyJ….eyJ….…``), ``Bearer …``, a PEM private key, a URL
+  with a password (``postgres://u:pw@host``), a Slack or Discord webhook URL, or a connection string's
+  ``AccountKey=``/``SharedAccessKey=``/``SharedAccessSignature=``/``Password=`` (Azure, ADO.NET).
 - :func:`looks_secret` — either: a value that looks like a credential, or a secret name with a value that could
   hold one (not empty, not the mask, not a switch such as ``1``/``true``/``off``).
 - :func:`mask` / :func:`redact_env` — the value, or ``***`` where :func:`looks_secret` says so.
@@ -43,6 +46,9 @@ _SECRET_WORDS = frozenset(
     "token secret secrets password passwords passwd passphrase pat credential credentials auth oauth apikey "
     "apikeys privatekey".split()
 )
+# Words that hold a credential only with a qualifier: DB_PASS, MYSQL_PWD, SESSION_COOKIE (PWD alone is the shell's
+# working directory).
+_QUALIFIED_SECRET_WORDS = frozenset("pass pwd cookie cookies".split())
 # Compound words: hftoken, dbpassword, openaiapikey, clientsecret.
 _SECRET_SUFFIXES = ("token", "secret", "password", "passwd", "apikey")
 # A last word that names something about the secret, not the secret: HF_TOKEN_PATH, KEY_FILE, SSH_AUTH_SOCK.
@@ -80,6 +86,17 @@ _TOKEN_VALUE = re.compile(
     r"|xox[abposr]-[A-Za-z0-9-]{10,}"
     r")"
 )
+# Credential formats whose shape alone says so (no digit needed): a JWT (header.payload.signature, both JSON
+# parts base64url of '{"'), a Google API key (AIza + 35), a Slack or Discord webhook URL (the URL is the secret),
+# an Azure connection string's AccountKey/SharedAccessKey/SharedAccessSignature, a connection string's Password=.
+_CREDENTIAL_FORM = re.compile(
+    r"(?<![A-Za-z0-9_-])eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"
+    r"|(?<![A-Za-z0-9_-])AIza[0-9A-Za-z_-]{35}(?![A-Za-z0-9_-])"
+    r"|hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9_/-]{16,}"
+    r"|discord(?:app)?\.com/api/webhooks/[0-9]+/[A-Za-z0-9_-]{16,}"
+    r"|(?i:(?<![A-Za-z])(?:AccountKey|SharedAccessKey|SharedAccessSignature)\s*=\s*[^;\s]{8,})"
+    r"|(?i:(?:^|;)\s*(?:password|pwd)\s*=\s*[^;\s]+)"
+)
 _BEARER = re.compile(r"(?i)\bbearer\s+[A-Za-z0-9._~+/=-]{16,}")
 _PRIVATE_KEY = re.compile(r"-----BEGIN (?:[A-Z]+ )?PRIVATE KEY-----")
 # scheme://user:password@ (the user may be empty: redis://:pw@host); the password has no '/', '@' or space.
@@ -115,7 +132,7 @@ def looks_secret_name(name: str) -> bool:
             continue
         if word in ("token", "tokens") and before in _TOKENIZER_WORDS:
             continue
-        if word in _SECRET_WORDS or word.endswith(_SECRET_SUFFIXES):
+        if word in _SECRET_WORDS or word.endswith(_SECRET_SUFFIXES) or (word in _QUALIFIED_SECRET_WORDS and before):
             return True
     return False
 
@@ -126,7 +143,8 @@ def looks_secret_value(value: str) -> bool:
     match = _TOKEN_VALUE.search(text)
     if match is not None and any(c.isdigit() for c in match.group(0)):
         return True
-    return bool(_BEARER.search(text) or _PRIVATE_KEY.search(text) or _URL_PASSWORD.search(text))
+    return bool(_BEARER.search(text) or _PRIVATE_KEY.search(text) or _URL_PASSWORD.search(text)
+                or _CREDENTIAL_FORM.search(text))
 
 
 def looks_secret(name: str, value: str | bytes | None) -> bool:

@@ -33,6 +33,13 @@ SECRETS = [
     ("DATABASE_URL", PG), ("MY_VAR", GHP), ("AWS_SECRET_ACCESS_KEY", "wJalrXUtnFEMI/K7MDENG"),
     ("db_password", "correct horse"), ("OPENAI_API_KEY", "sk-proj-" + "a1B2" * 8), ("CREDS", "Bearer " + "x1" * 12),
     ("SLACK", "xoxb-1234-5678-abcdefghij"), ("AWS_ACCESS_KEY_ID", "AKIAIOSFODNN7EXAMPLE"),
+    # issue 28: common credentials by name, and credential formats by value whatever the name
+    ("DB_PASS", "hunter2"), ("MYSQL_PWD", "hunter2"), ("SESSION_COOKIE", "s%3Aabcdef.ghijkl"),
+    ("STORAGE", "DefaultEndpointsProtocol=https;AccountName=acct;AccountKey=Zm9vYmFyYmF6cXV4Zm9vYmFy==;"
+                "EndpointSuffix=core.windows.net"),
+    ("NOTIFY_URL", "https://hooks.slack.com/services/T0ABCDEFG/B0ABCDEFG/abcdefghijklmnopqrstuvwx"),
+    ("AUTHORIZATION_HEADER_VALUE", "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJ1c2VyIn0.c2lnbmF0dXJlc2lnbmF0dXJl"),
+    ("MAPS", "AIzaSyD-abcdefghijklmnopqrstuvwxyz01234"),
 ]
 # ordinary job settings that must stay visible and accepted
 PLAIN = [
@@ -40,6 +47,7 @@ PLAIN = [
     ("HF_TOKEN_PATH", "/secrets/hf"), ("HF_HUB_DISABLE_IMPLICIT_TOKEN", "1"), ("pad_token", "[PAD]"),
     ("sort_key", "length"), ("MLFLOW_TRACKING_URI", "https://mlflow.example.com"), ("LANG", "sk_SK.UTF-8"),
     ("REPO", "ssh://git@github.com/org/repo"),
+    ("PWD", "/home/me/project"), ("OLDPWD", "/home/me"), ("PASS_THROUGH", "1"), ("COOKIE_DOMAIN", "example.com"),
 ]
 
 
