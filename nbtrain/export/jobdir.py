@@ -89,7 +89,8 @@ class Job:
             return spec
         values = {p.name: text_of(p.default) for p in self.parameters.values() if p.default is not None}
         values.update(overrides)
-        return spec.with_changes(env={**spec.env, ENV_NAME: params_env(self.parameters, values)})
+        return spec.with_changes(env={**spec.env, ENV_NAME: params_env(self.parameters, values,
+                                                                       allow_secrets=spec.allow_secrets)})
 
 
 def build_job_files(

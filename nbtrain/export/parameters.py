@@ -88,12 +88,22 @@ def convert(kind: str, text: str) -> Any:
         return text
 
 
-def params_env(parameters: Mapping[str, Parameter], values: Mapping[str, str]) -> str:
+def params_env(parameters: Mapping[str, Parameter], values: Mapping[str, str], *, allow_secrets: bool = False) -> str:
     """The ``NBTRAIN_PARAMS`` value for ``values`` (NAME -> TEXT), checked against ``parameters``.
 
-    Raises :class:`SpecError` naming an unknown parameter (and the known ones) or a value its kind refuses.
+    Raises :class:`SpecError` naming an unknown parameter (and the known ones), a value its kind refuses, or a
+    secret-looking one (:func:`nbtrain.secrets.looks_secret`, unless ``allow_secrets``) as ``--param NAME``, the
+    option the user typed (not the ``--env NBTRAIN_PARAMS`` it becomes).
     """
+    from nbtrain.secrets import looks_secret, looks_secret_value
+
     for name, text in values.items():
+        if not allow_secrets and looks_secret(name, text):
+            why = "its value looks like a credential" if looks_secret_value(text) else "its name says it holds a secret"
+            raise SpecError(f"--param {name}=...: this looks like a secret ({why}), and parameters are written in "
+                            "plain text into the run's record and plan (as NBTRAIN_PARAMS). Give it to the job "
+                            "through the environment its ranks inherit instead; if it is not a secret, pass "
+                            "--allow-secrets.")
         parameter = parameters.get(name)
         if parameter is None:
             known = ", ".join(sorted(parameters)) or "none (the notebook has no `parameters` cell the job uses)"

@@ -154,9 +154,9 @@ def parse(uri: str) -> StorageURI:
         if kind is not Kind.DATASET:
             raise SpecError(f"{uri!r}: only dataset:// URIs take an @VERSION; drop the '@…' part.")
         body, version = body.rsplit("@", 1)
-        if not _VERSION.fullmatch(version):
-            raise SpecError(f"{uri!r}: the version {version!r} must be letters, digits, '_', '.' or '-' "
-                            f"(e.g. {kind.scheme}://{body}@v1).")
+        if not _VERSION.fullmatch(version) or set(version) == {"."}:  # "." or "..": a directory, not a version
+            raise SpecError(f"{uri!r}: the version {version!r} must be letters, digits, '_', '.' or '-', and not "
+                            f"only dots (e.g. {kind.scheme}://{body}@v1).")
     if not _NAME.fullmatch(body) or any(part in (".", "..") for part in body.split("/")):
         raise SpecError(f"{uri!r}: the name {body!r} must be '/'-separated parts of letters, digits, '_', '.' "
                         f"or '-' with no '.' or '..' part (e.g. {kind.scheme}://digits).")

@@ -131,6 +131,18 @@ def test_parameter_conversion() -> None:
         params_env({}, {"x": "1"})
 
 
+def test_a_secret_looking_param_is_refused_as_the_param_typed() -> None:
+    """Issue 28: named --param NAME, the option the user typed, not the --env NBTRAIN_PARAMS it becomes."""
+    parameters = {"api_token": Parameter("api_token", "str", "x"), "lr": Parameter("lr", "float", 0.1)}
+    with pytest.raises(SpecError) as caught:
+        params_env(parameters, {"api_token": "abcdefgh12345678"})
+    assert str(caught.value).startswith("--param api_token=...: this looks like a secret (its name says")
+    assert "abcdefgh12345678" not in str(caught.value) and "--allow-secrets" in str(caught.value)
+    with pytest.raises(SpecError, match=r"--param lr=\.\.\.: this looks like a secret \(its value looks like"):
+        params_env(parameters, {"lr": "hf_" + "Ab1" * 10})
+    assert "abcdefgh" in params_env(parameters, {"api_token": "abcdefgh12345678"}, allow_secrets=True)
+
+
 class _FakeKubernetes:
     """Stands in for the kubernetes backend: its plan's request carries YAML in ``describe``."""
 

@@ -46,6 +46,8 @@ def test_missing_root_names_the_uri_the_root_and_both_fixes() -> None:
 @pytest.mark.parametrize(("uri", "words"), [
     ("dataset://../etc@v1", "no '.' or '..' part"),
     ("dataset://digits@", "version ''"),
+    ("dataset://digits@..", "version '..' must be letters, digits, '_', '.' or '-', and not only dots"),  # issue 28
+    ("dataset://digits@.", "version '.' must be"),
     ("checkpoint://run@v1", "only dataset:// URIs take an @VERSION"),
     ("dataset://", "the name ''"),
     ("dataset://a b", "the name 'a b'"),
