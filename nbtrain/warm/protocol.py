@@ -7,13 +7,32 @@ Answers carry ``ok``; a refused or failed request answers ``{"ok": false, "error
 from __future__ import annotations
 
 import json
+import os
 import socket
 from pathlib import Path
 from typing import Any
 
-__all__ = ["MAX_MESSAGE", "AgentUnreachable", "call", "read_message", "write_message"]
+from nbtrain.errors import EnvironmentProblem
+
+__all__ = ["MAX_MESSAGE", "MAX_SOCKET_PATH", "AgentUnreachable", "call", "check_socket_path", "read_message",
+           "write_message"]
 
 MAX_MESSAGE = 4 * 1024 * 1024
+MAX_SOCKET_PATH = 107  # bytes: a Unix socket's sun_path holds 108 on Linux, its terminating NUL included
+
+
+def check_socket_path(path: Path, home: Path) -> None:
+    """Refuse, before anything starts, an agent socket ``path`` longer than a Unix socket path may be (the store at
+    ``home``, NBTRAIN_HOME, is too deep): EnvironmentProblem naming NBTRAIN_HOME, its length and the fix."""
+    length = len(os.fsencode(path))
+    if length <= MAX_SOCKET_PATH:
+        return
+    fits = MAX_SOCKET_PATH - (length - len(os.fsencode(home)))
+    raise EnvironmentProblem(
+        f"--warm: a warm gang's agents listen on a Unix socket in the store ({path}, {length} bytes), and a Unix "
+        f"socket path may be at most {MAX_SOCKET_PATH} bytes; NBTRAIN_HOME ({home}) is {len(os.fsencode(home))} "
+        f"bytes long. Set NBTRAIN_HOME to a directory of at most {max(fits, 1)} bytes (e.g. ~/.nbtrain, the "
+        "default) before starting Jupyter, or run the cell without --warm.")
 
 
 class AgentUnreachable(OSError):

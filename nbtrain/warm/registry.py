@@ -143,6 +143,7 @@ def acquire(store: Store, key: str, facts: dict[str, Any], *, run_id: str, ttl_s
                 write_json_atomic(gang_dir / "gang.json", gang)
             return gang_dir
         gang_dir = root / f"gang-{key[:8]}-{os.urandom(3).hex()}"
+        protocol.check_socket_path(gang_dir / f"node-{int(facts['nodes']) - 1}.sock", store.root)  # before anything starts
         replaced = _ended_before(root, key, owner, gang_dir.name) + _retire_idle(root, owner, facts, gang_dir.name)
         gang_dir.mkdir(mode=0o700)
         nodes = int(facts["nodes"])
