@@ -272,7 +272,9 @@ class RunView:
         if event.kind is EventKind.METRIC and event.rank is not None:
             step = event_step(event.data)
             series = self.metrics.setdefault(event.rank, {})
-            for name, value in metric_values(event.data) if step is not None else ():
+            for name, value in metric_values(event.data):
+                if step is None:  # a bad stored point (nbtrain.log refuses it): skipped, never fatal
+                    break
                 points = series.get(name)
                 if points is None:
                     points = series[name] = MetricSeries(self.metric_points)

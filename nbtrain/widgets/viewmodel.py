@@ -168,7 +168,9 @@ class MonitorModel:
             if event.kind is not EventKind.METRIC or event.rank != 0:
                 continue
             step = event_step(event.data)
-            for key, value in metric_values(event.data) if step is not None else ():
+            if step is None:  # a bad stored point (nbtrain.log refuses it): skipped, never fatal
+                continue
+            for key, value in metric_values(event.data):
                 self.add_point(key, event.attempt, step, value)
 
     def add_point(self, key: str, attempt: int, step: int, value: float, *, send: bool = True) -> None:
