@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from nbtrain.model import json_safe
 from nbtrain.reader import RunReader
-from nbtrain.secrets import redact_env
+from nbtrain.secrets import redact_env, shown_env
 
 if TYPE_CHECKING:
     from nbtrain.spec import JobSpec
@@ -33,10 +33,12 @@ class DetailedRun(RunReader, Protocol):
         ...
 
 
-def spec_json(spec: JobSpec) -> dict[str, Any]:
-    """``spec.to_dict()`` with secret-looking ``--env`` values as ``***``."""
+def spec_json(spec: JobSpec, *, may_write: bool = True) -> dict[str, Any]:
+    """``spec.to_dict()`` with secret-looking ``--env`` values as ``***``; for a reader who may not write (start
+    runs: a read-only REST user), every ``--env`` value but the ``--env-public`` ones (:func:`shown_env`)."""
     data: dict[str, Any] = spec.to_dict()
-    data["env"] = redact_env(data.get("env") or {})
+    env = data.get("env") or {}
+    data["env"] = redact_env(env) if may_write else shown_env(env, spec.env_public)
     return data
 
 
@@ -49,14 +51,15 @@ def run_summary(run: RunReader) -> dict[str, Any]:
     return dict(json_safe(snapshot.summary(notebook=run.notebook, tracking_url=run.tracking_url()).to_json()))
 
 
-def run_detail(run: DetailedRun) -> dict[str, Any]:
-    """The summary plus ``spec`` (redacted), ``bundle_digest``, ``submitted_from`` (the notebook path and cell, or the
-    job directory), ``attempts``, ``checkpoints``, ``last_metrics``, ``notices`` and ``failure_detail`` (JSON-safe)."""
+def run_detail(run: DetailedRun, *, may_write: bool = True) -> dict[str, Any]:
+    """The summary plus ``spec`` (redacted: :func:`spec_json` with ``may_write``), ``bundle_digest``,
+    ``submitted_from`` (the notebook path and cell, or the job directory), ``attempts``, ``checkpoints``,
+    ``last_metrics``, ``notices`` and ``failure_detail`` (JSON-safe)."""
     snapshot = run.snapshot()
     detail = snapshot.summary(notebook=run.notebook, tracking_url=run.tracking_url()).to_json()
     facts = run.facts()
     detail.update(
-        spec=spec_json(run.spec),
+        spec=spec_json(run.spec, may_write=may_write),
         bundle_digest=facts.bundle_digest,
         submitted_from=dict(facts.submitted_from),
         attempts=run.attempts(),

@@ -20,6 +20,8 @@ refused in ``--env``, masked in MLflow params, and redacted in REST answers, ``-
   hold one (not empty, not the mask, not a switch such as ``1``/``true``/``off``).
 - :func:`mask` / :func:`redact_env` — the value, or ``***`` where :func:`looks_secret` says so.
 - :func:`refuse_secret_env` — the ``--env`` check every backend runs before anything starts (``Backend.plan``).
+- :func:`shown_env` — ``--env`` for readers who may not start runs (MLflow params, read-only REST users): every
+  value masked but the ``--env-public`` names' (no heuristic is complete).
 - :func:`redact_url` — text with the user-info of every URL removed (``https://u:p@host/`` -> ``https://host/``)
   and secret-named query parameters masked (``?access_token=***``).
 
@@ -29,13 +31,13 @@ Messages built from these never show the value, only the name.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from nbtrain.errors import SpecError
 
 __all__ = [
     "MASK", "looks_secret", "looks_secret_name", "looks_secret_value", "mask", "redact_env", "redact_url",
-    "refuse_secret_env",
+    "refuse_secret_env", "shown_env",
 ]
 
 #: What a redacted value is replaced with.
@@ -165,6 +167,16 @@ def mask(name: str, value: str) -> str:
 def redact_env(env: Mapping[str, str]) -> dict[str, str]:
     """A copy of ``env`` with every secret-looking value replaced by :data:`MASK` (the names stay)."""
     return {name: mask(name, value) for name, value in env.items()}
+
+
+def shown_env(env: Mapping[str, str], public: Iterable[str] = ()) -> dict[str, str]:
+    """A copy of ``env`` for readers who may not start runs (MLflow params, read-only REST users): every value is
+    :data:`MASK` but those of the ``public`` names (``--env-public``) and values that hold nothing (``1``,
+    ``true``, empty...). No heuristic finds every secret; this shows only what the user said may be shown. A
+    public name's value is still masked when :func:`looks_secret` says so (``--env-public HF_TOKEN`` is a slip)."""
+    shown = set(public)
+    return {name: mask(name, value) if name in shown or value.strip().lower() in _NOT_A_SECRET else MASK
+            for name, value in env.items()}
 
 
 def redact_url(text: str) -> str:

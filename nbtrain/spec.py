@@ -199,6 +199,7 @@ class JobSpec:
     experiment: str | None = None
     max_capture_mb: float = 50.0
     allow_secrets: bool = False
+    env_public: tuple[str, ...] = ()  # --env names whose values may be shown (MLflow params, read-only REST users)
     oversubscribe: bool = False  # local backend: allow a CPU gang of more than 4 processes per core
     warm: bool = False  # local backend: run on a warm gang of per-node agents (nbtrain.warm)
     warm_ttl_s: float = 1800.0  # a warm gang idle this long ends
@@ -256,6 +257,11 @@ class JobSpec:
         object.__setattr__(self, "tolerations", tuple(dict(t) for t in self.tolerations))
         object.__setattr__(self, "volumes", tuple(self.volumes))
         object.__setattr__(self, "image_pull_secrets", tuple(self.image_pull_secrets))
+        object.__setattr__(self, "env_public", tuple(self.env_public))
+        for name in self.env_public:
+            if not isinstance(name, str) or not _ENV_NAME_RE.match(name):
+                raise SpecError(f"--env-public: {name!r} is not an environment variable name; give the NAME of an "
+                                "--env NAME=VALUE whose value may be shown.")
         object.__setattr__(self, "labels", dict(self.labels))
         object.__setattr__(self, "annotations", dict(self.annotations))
         for volume in self.volumes:
@@ -343,6 +349,7 @@ class JobSpec:
         out["tolerations"] = [dict(t) for t in self.tolerations]
         out["volumes"] = list(self.volumes)
         out["image_pull_secrets"] = list(self.image_pull_secrets)
+        out["env_public"] = list(self.env_public)
         return out
 
     @classmethod

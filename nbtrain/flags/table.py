@@ -227,6 +227,9 @@ OPTIONS: tuple[Option, ...] = (
        field="max_capture_mb", toml="job.max_capture_mb", metavar="MB"),
     _o("--allow-secrets", "switch", "Ship values that look like secrets anyway.", field="allow_secrets",
        toml="job.allow_secrets"),
+    _o("--env-public", "list", "Name of an --env variable whose value may be shown (repeatable): in MLflow params "
+       "and to REST users who may not start runs, every other --env value is ***.", field="env_public",
+       toml="job.env_public", metavar="NAME"),
     _o("--oversubscribe", "switch", "Start a CPU gang of more than 4 processes per CPU core of this machine "
        "(refused otherwise: it would crawl).", field="oversubscribe", toml="job.oversubscribe", backends=_LOCAL,
        why="schedules pods by their requests, not by this machine's cores"),

@@ -27,6 +27,7 @@ log, not to the client.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import re
 import time
@@ -84,6 +85,13 @@ class _Run(BaseHandler):
     def int_arg(self, name: str, default: int, low: int, high: int) -> int:
         return _int_text(self.get_query_argument(name, None), f"?{name}", default, low, high)
 
+    async def may_write(self) -> bool:
+        """Whether this user may write (start runs) under the server's authorizer: who sees --env values."""
+        allowed = self.authorizer.is_authorized(self, self.current_user, "write", AUTH_RESOURCE)
+        if inspect.isawaitable(allowed):  # jupyter_server >= 2.? may answer asynchronously
+            allowed = await allowed
+        return bool(allowed)
+
 
 class RunsHandler(_Run):
     @tornado.web.authenticated
@@ -106,7 +114,8 @@ class RunHandler(_Run):
     async def get(self, run_id: str) -> None:
         try:
             run_id = _run_id(run_id)
-            self.write_json(await self.run_blocking(lambda: run_detail(self.cache.get(run_id))))
+            may_write = await self.may_write()
+            self.write_json(await self.run_blocking(lambda: run_detail(self.cache.get(run_id), may_write=may_write)))
         except Exception as error:  # noqa: BLE001
             self.write_error_json(error)
 

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from nbtrain.secrets import MASK, looks_secret, redact_env
+from nbtrain.secrets import MASK, looks_secret, shown_env
 from nbtrain.spec import JobSpec
 
 __all__ = [
@@ -87,13 +87,14 @@ def _flatten(prefix: str, value: Any, out: dict[str, str]) -> None:
 def spec_params(spec: JobSpec) -> dict[str, str]:
     """Every JobSpec field as ``nbtrain.<field>`` (containers flattened: ``nbtrain.env.SEED``).
 
-    Empty containers are left out; secret-looking ``--env`` values are masked (:func:`nbtrain.secrets.redact_env`:
-    a secret name or a credential-looking value, the one heuristic capture and ``--env`` refuse by).
+    Empty containers are left out; ``--env`` values are masked but those the user marked ``--env-public``
+    (:func:`nbtrain.secrets.shown_env`: MLflow params are read by whoever reads the experiment, and no secret
+    heuristic is complete).
     """
     out: dict[str, str] = {}
     for field, value in spec.to_dict().items():
         if field == "env":
-            value = redact_env(value)
+            value = shown_env(value, spec.env_public)
         _flatten(f"nbtrain.{field}", value, out)
     return out
 

@@ -99,3 +99,16 @@ async def test_a_read_only_user_can_watch_the_event_stream(
     assert caught.value.code == 599  # our timeout, not a refusal
     first = json.loads(b"".join(chunks).decode().split("data: ", 1)[1].split("\n\n", 1)[0])
     assert sorted(r["id"] for r in first["runs"]) == ["broken-000002", "waiting-000001"]
+
+
+async def test_a_read_only_user_sees_only_the_env_values_marked_public(jp_fetch: Any, home: Path) -> None:
+    """Issue 28: no secret heuristic is complete (DB_PASS, a webhook URL...), so a user who may not start runs sees
+    every --env value masked but those the run marked --env-public (and values that hold nothing, such as 1)."""
+    store, run_id = Store(home), "envy-000003"
+    spec = JobSpec(name="envy", env={"SEED": "5", "NOTE": "s3cr3t-but-unnamed", "DEBUG": "1", "LR": "3e-4"},
+                   env_public=("LR",))
+    store.save(RunRecord(run_id, spec, "0" * 64, "local", handle={"attempt": 0}, state="succeeded",
+                         ended=time.time()))
+    body = (await jp_fetch("nbtrain", "runs", run_id)).body
+    assert b"s3cr3t-but-unnamed" not in body
+    assert json.loads(body)["spec"]["env"] == {"SEED": "***", "NOTE": "***", "DEBUG": "1", "LR": "3e-4"}

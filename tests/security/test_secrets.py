@@ -68,7 +68,10 @@ def test_capture_refusal_and_mlflow_masking_agree_on_secrets(name: str, value: s
 @pytest.mark.parametrize(("name", "value"), PLAIN)
 def test_capture_refusal_and_mlflow_masking_agree_on_plain_settings(name: str, value: str) -> None:
     check_secret_literals([(name, value)])
-    assert spec_params(JobSpec(env={name.upper(): value}))[f"nbtrain.env.{name.upper()}"] == value
+    key = f"nbtrain.env.{name.upper()}"
+    assert spec_params(JobSpec(env={name.upper(): value}, env_public=(name.upper(),)))[key] == value
+    # unmarked, MLflow shows only values that hold nothing (issue 28: no heuristic is complete)
+    assert spec_params(JobSpec(env={name.upper(): value}))[key] == (value if value in ("1", "false") else MASK)
     from nbtrain.secrets import looks_secret
 
     assert not looks_secret(name, value)

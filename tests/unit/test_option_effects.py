@@ -32,6 +32,7 @@ BEFORE_ANY_BACKEND = {
     "--backend": "chooses the backend",
     "--max-capture-mb": "a cap on the capture of the cell, checked when the bundle is made",
     "--allow-secrets": "lets the capture ship secret-looking values; the backend sees only the bundle",
+    "--env-public": "what MLflow params and read-only REST users are shown of --env; the backend sees --env",
     "--experiment": "MLflow's, read by the tracking agent",
     "--no-tracking": "MLflow's, read by the tracking agent",
 }
