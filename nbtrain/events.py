@@ -30,7 +30,7 @@ import re
 import secrets
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,9 +51,7 @@ __all__ = [
     "StreamEventWriter",
     "decode_event_key",
     "encode_event_key",
-    "event_step",
     "event_tag",
-    "metric_values",
     "new_event_key",
     "parse_line",
     "parse_stream_line",
@@ -150,31 +148,6 @@ class Event:
     def key(self) -> tuple[str, int, int]:
         """Identity for de-duplication: (source, attempt, seq)."""
         return (self.source, self.attempt, self.seq)
-
-
-def event_step(data: Mapping[str, Any]) -> int | None:
-    """The ``step`` in an event's ``data`` when it is a whole number in :data:`STEP_RANGE`, else None.
-
-    ``nbtrain.log`` refuses other steps, but an event file is data (a worker of another version, a hand-written
-    line): readers skip a point whose step is None rather than fail on it.
-    """
-    step = data.get("step")
-    if isinstance(step, float) and step.is_integer() and abs(step) < 2.0**63:
-        step = int(step)
-    if isinstance(step, bool) or not isinstance(step, int) or not STEP_RANGE[0] <= step <= STEP_RANGE[1]:
-        return None
-    return step
-
-
-def metric_values(data: Mapping[str, Any]) -> list[tuple[str, float]]:
-    """``(name, value)`` of a METRIC event's ``data["values"]`` that are numbers (others skipped, as
-    :func:`event_step` skips a bad step: a reader never fails on a stored point)."""
-    values = data.get("values")
-    out = []
-    for name, value in values.items() if isinstance(values, Mapping) else ():
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            out.append((str(name), float(value)))
-    return out
 
 
 def _json_default(value: Any) -> Any:

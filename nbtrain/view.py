@@ -14,7 +14,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, overload
 
-from nbtrain.events import Event, EventKind, event_step, metric_values
+from nbtrain.events import Event, EventKind
+from nbtrain.metricpoints import event_step, metric_values
 from nbtrain.model import Failure, RunState
 
 __all__ = ["METRIC_POINTS", "MetricSeries", "RankInfo", "RunView", "metric_history"]

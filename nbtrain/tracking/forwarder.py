@@ -32,8 +32,9 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from nbtrain.events import Event, EventKind, event_step
+from nbtrain.events import Event, EventKind
 from nbtrain.filelock import FileLock
+from nbtrain.metricpoints import event_step
 from nbtrain.model import Batch, RunSnapshot, RunState
 from nbtrain.secrets import redact_url
 from nbtrain.tracking.artifacts import new_run_params, new_run_tags, upload_artifacts

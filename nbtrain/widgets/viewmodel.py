@@ -19,7 +19,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from nbtrain.events import EventKind, LineBlock, event_step, metric_values
+from nbtrain.events import EventKind, LineBlock
+from nbtrain.metricpoints import event_step, metric_values
 from nbtrain.model import Batch, LogPage, RunSnapshot, RunState
 from nbtrain.view import MetricSeries, RankInfo
 from nbtrain.widgets.decimate import decimate
