@@ -25,6 +25,25 @@ describe("RankLog", () => {
     assert.deepEqual(log.lines, []);
   });
 
+  it("grows a followed window for older pages, keeps taking live lines, and keeps its size", () => {
+    const log = new RankLog(0, 5);
+    for (let i = 10; i < 15; i++) log.addLive(i, `l${i}`);
+    log.addPage(5, texts(5, 5), true);
+    assert.deepEqual(log.lines.map((l) => l.index), [5, 6, 7, 8, 9, 10, 11, 12, 13, 14]);
+    assert.equal(log.detached, false);
+    assert.equal(log.addLive(15, "live"), true);
+    assert.equal(log.lines.length, 10);
+    assert.equal(log.lastIndex, 15);
+    // past PAGED_GROWTH x cap the newest lines go after all
+    log.addPage(0, texts(5, 0), true);
+    log.addPage(0, texts(0), true);
+    const big = new RankLog(0, 2);
+    for (let i = 20; i < 22; i++) big.addLive(i, `l${i}`);
+    big.addPage(10, texts(10, 10), true);
+    assert.equal(big.detached, true);
+    assert.equal(big.lines.length, 2);
+  });
+
   it("fills a gap left by lines the kernel skipped", () => {
     const log = new RankLog(0, 100);
     log.addLive(0, "a");

@@ -4,6 +4,8 @@ GET  /nbtrain/runs                        list (filters: ?state=running&backend=
 GET  /nbtrain/runs/<id>                   one run: summary, spec, attempts, checkpoints, failure  read
 GET  /nbtrain/runs/<id>/logs/<rank>       a page of one rank's log (?offset=0&limit=500&attempt=N; offset<0 counts
                                           from the end; read by seeking, never the whole file: LogsHandler)  read
+GET  /nbtrain/runs/<id>/search            the lines of the whole log (every rank, or ?ranks=0,3) that contain ?q=TEXT,
+                                          paged (?limit=200; continue with the answer's next: ?rank=R&line=N)  read
 GET  /nbtrain/runs/<id>/metrics           recent metrics (?rank=0&last=2000)                     read
 POST /nbtrain/runs/<id>/cancel            end every process of the run                           execute
 POST /nbtrain/runs/<id>/resume            relaunch from the latest checkpoint                    execute
@@ -42,6 +44,7 @@ from nbtrain.model import LogPage
 from nbtrain.server.base import AUTH_RESOURCE, BadRequest, BaseHandler, dumps
 from nbtrain.server.exporting import export_request, run_export
 from nbtrain.server.feed import SummaryFeed
+from nbtrain.server.logsearch import search_logs
 from nbtrain.server.profiles import ProfilesHandler
 from nbtrain.server.runs import run_detail, run_summary
 from nbtrain.server.stats import StatsHandler
@@ -153,6 +156,49 @@ class LogsHandler(_Run):
                         "total": got.total, "lines": list(got.lines)}
 
             self.write_json(await self.run_blocking(page))
+        except Exception as error:  # noqa: BLE001
+            self.write_error_json(error)
+
+
+class SearchHandler(_Run):
+    """Whole-log search: ``{"run", "attempt", "q", "ranks", "matches": [{"rank", "line", "text"}], "next", "scanned"}``.
+
+    ``next`` is ``{"rank", "line"}`` to pass back as ``?rank=&line=`` for more, or null when every line was read
+    (:func:`nbtrain.server.logsearch.search_logs`: at most ``limit`` (1..1000) matches and 200,000 lines read per
+    call). ``ranks`` (``?ranks=0,3``; default every rank) and ``attempt`` (default the latest) as for logs.
+    """
+
+    @tornado.web.authenticated
+    @authorized("read")
+    async def get(self, run_id: str) -> None:
+        try:
+            run_id = _run_id(run_id)
+            query = self.get_query_argument("q", "")
+            if not query.strip() or len(query) > 1000:
+                raise BadRequest(f"?q={query[:40]!r}: give the text to search for (1 to 1000 characters).")
+            limit = self.int_arg("limit", 200, 1, 1000)
+            attempt_arg = self.get_query_argument("attempt", None)
+            attempt = None if attempt_arg in (None, "") else self.int_arg("attempt", 0, 0, MAX_ATTEMPT)
+            ranks_arg = self.get_query_argument("ranks", "") or ""
+            chosen = [_int_text(r.strip(), "?ranks", 0, 0, MAX_RANK) for r in ranks_arg.split(",") if r.strip()]
+            cursor_rank = self.get_query_argument("rank", None)
+            start = None if cursor_rank in (None, "") else (
+                self.int_arg("rank", 0, 0, MAX_RANK), self.int_arg("line", 0, 0, MAX_LINE))
+
+            def search() -> dict[str, Any]:
+                run = self.cache.get(run_id)
+                at = run.snapshot().attempt if attempt is None else attempt
+                ranks = [r for r in chosen if r < run.spec.world_size] if chosen else list(range(run.spec.world_size))
+                if start is not None and start[0] not in ranks:
+                    raise BadRequest(f"?rank={start[0]}: the cursor's rank is not one of the searched ranks {ranks}.")
+                found = search_logs(lambda r, first, n: run.log_page(r, first, n, attempt=at), ranks, query,
+                                    start=start, limit=limit)
+                return {"run": run.id, "attempt": at, "q": query, "ranks": ranks,
+                        "matches": [{"rank": r, "line": n, "text": t} for r, n, t in found.matches],
+                        "next": None if found.next is None else {"rank": found.next[0], "line": found.next[1]},
+                        "scanned": found.scanned}
+
+            self.write_json(await self.run_blocking(search))
         except Exception as error:  # noqa: BLE001
             self.write_error_json(error)
 
@@ -320,6 +366,7 @@ def handlers() -> list[tuple[str, type]]:
         (rf"{prefix}/runs", RunsHandler),
         (rf"{prefix}/runs/{run}", RunHandler),
         (rf"{prefix}/runs/{run}/logs/(?P<rank>[^/]+)", LogsHandler),
+        (rf"{prefix}/runs/{run}/search", SearchHandler),
         (rf"{prefix}/runs/{run}/metrics", MetricsHandler),
         (rf"{prefix}/runs/{run}/cancel", CancelHandler),
         (rf"{prefix}/runs/{run}/resume", ResumeHandler),

@@ -158,6 +158,8 @@ class MonitorWidget(anywidget.AnyWidget):
         }
 
     def _sync_traits(self, snapshot: RunSnapshot) -> None:
+        if snapshot.state.terminal:
+            self._stopping = False  # that stop is over: a resumed attempt can be stopped again
         values = self._state_traits(snapshot)
         with self.hold_sync():  # one comm message for all trait changes
             for name, value in values.items():
@@ -191,6 +193,7 @@ class MonitorWidget(anywidget.AnyWidget):
             threading.Thread(target=self._run.cancel, name=f"nbtrain-cancel-{self._run.id}", daemon=True).start()
 
     def _resume(self) -> None:
+        self._stopping = False
         try:
             self._run.resume()
         except Exception as error:  # noqa: BLE001 - shown in the widget, never raised into a comm thread

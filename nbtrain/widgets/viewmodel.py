@@ -222,7 +222,8 @@ class MonitorModel:
             "run_id": self.run_id, "name": self.name, "backend": self.backend,
             "nodes": self.nodes, "procs": self.procs, "world_size": self.world_size,
             "device": "gpu" if device.startswith("cuda") else ("cpu" if device else "unknown"),
-            "state": state.value, "started": snapshot.started, "ended": snapshot.ended,
+            "state": state.value, "started": snapshot.started,
+            "ended": snapshot.ended if state.terminal else None,  # a resumed run's earlier end is not its end
             "now": time.time() if now is None else now,
             "step": snapshot.step, "total": snapshot.total,
             "attempt": snapshot.attempt, "notices": list(snapshot.notices),

@@ -36,6 +36,9 @@ CHROMIUM_ARGS = [
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / "test-artifacts" / "e2e"
 MARKER = "NBTRAIN_E2E_SESSION"
+# the browser tests share helpers (test_monitor_usability imports test_monitor_browser's): with
+# --import-mode=importlib nothing puts this directory on sys.path
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -74,7 +74,7 @@ def poll(check: Callable[[], Any], timeout: float, what: str, interval: float = 
 
 def open_and_run_all(page: Any, lab: Any, name: str) -> None:
     """Open a notebook on a reset workspace, wait for an idle kernel, then Run > Run All Cells."""
-    page.goto(lab.notebook_url(name))
+    page.goto(lab.notebook_url(name), timeout=90_000)  # a busy 2-core machine takes a while to serve the page
     page.locator(".jp-NotebookPanel").first.wait_for(timeout=60_000)
     # the status bar says "<kernel> | Idle" once the kernel is up ("No Kernel | Initializing" before)
     statusbar = page.locator("#jp-main-statusbar")

@@ -202,3 +202,20 @@ async def test_export_a_notebook_to_a_job_directory(jp_fetch: Any, jp_root_dir: 
     with pytest.raises(tornado.httpclient.HTTPClientError) as caught:
         await jp_fetch("nbtrain", "export", method="POST", body=json.dumps({"path": "../outside.ipynb"}))
     assert caught.value.code == 400
+
+
+async def test_search_finds_lines_in_the_whole_log_page_by_page(jp_fetch: Any, home: Path) -> None:
+    lines = [f"line {i}" for i in range(30_000)]
+    _run_with_logs(home, "search-000001", {0: "".join(x + "\n" for x in lines).encode()})
+    found = await _json(jp_fetch, "nbtrain", "runs", "search-000001", "search", q="LINE 2999")
+    assert [(m["rank"], m["line"], m["text"]) for m in found["matches"]] == [
+        (0, n, f"line {n}") for n in (2999, *range(29990, 30000))]
+    assert found["next"] is None and found["ranks"] == [0] and found["scanned"] == 30_000
+    first = await _json(jp_fetch, "nbtrain", "runs", "search-000001", "search", q="line 1", limit="2")
+    assert [m["line"] for m in first["matches"]] == [1, 10] and first["next"] == {"rank": 0, "line": 11}
+    more = await _json(jp_fetch, "nbtrain", "runs", "search-000001", "search", q="line 1", limit="2", rank="0",
+                       line="11")
+    assert [m["line"] for m in more["matches"]] == [11, 12]
+    with pytest.raises(tornado.httpclient.HTTPClientError) as caught:
+        await jp_fetch("nbtrain", "runs", "search-000001", "search", params={"q": " "})
+    assert caught.value.code == 400

@@ -1,4 +1,7 @@
-/** Metric charts: one uPlot per metric key (x = step), streaming, decimated, with hover values. */
+/**
+ * Metric charts: one uPlot per metric key (x = step, labelled axes), streaming, decimated, with hover values.
+ * A metric with a single point so far (a final test accuracy) is shown as its value, not as a chart.
+ */
 
 import uPlot from "uplot";
 
@@ -6,7 +9,7 @@ import { cssVar, h, setAttr, setText } from "./dom";
 import { formatTick, formatValue } from "./format";
 import type { Series, XY } from "./series";
 
-const HEIGHT = 170;
+const HEIGHT = 190;
 
 class Chart {
   readonly el: HTMLElement;
@@ -73,9 +76,12 @@ class Chart {
           { label: this.key, stroke: line, width: 1.5, spanGaps: false, value: (_u, v) => formatValue(v) },
         ],
         axes: [
-          { ...axis },
+          { ...axis, label: "step", labelSize: 16, labelFont: font },
           {
             ...axis,
+            label: this.key,
+            labelSize: 16,
+            labelFont: font,
             values: (_u, ticks) => ticks.map((v) => formatTick(v)),
             // wide enough for the longest tick label (uPlot's default assumes short numbers)
             // (uPlot passes null before the first ticks exist, whatever its types say)
@@ -97,21 +103,67 @@ class Chart {
   }
 }
 
+/** One metric shown as its value: `test_accuracy 0.9722 at step 72`. */
+class Value {
+  readonly el: HTMLElement;
+  private readonly number = h("span", { class: "nbtrain-value-number" });
+  private readonly where = h("span", { class: "nbtrain-muted" });
+
+  constructor(readonly key: string) {
+    this.el = h(
+      "div",
+      { class: "nbtrain-value", "data-testid": `nbtrain-value-${key}`, "data-points": 0 },
+      h("span", { class: "nbtrain-value-key" }, key),
+      this.number,
+      this.where,
+    );
+  }
+
+  update(series: Series): void {
+    setAttr(this.el, "data-points", series.length);
+    setText(this.number, formatValue(series.lastValue));
+    setText(this.where, series.lastStep === null ? "" : `at step ${series.lastStep}`);
+  }
+}
+
 export class ChartsView {
   readonly el: HTMLElement;
+  private readonly values = h("div", { class: "nbtrain-values", "data-testid": "nbtrain-values" });
   private readonly grid = h("div", { class: "nbtrain-chart-grid" });
   private readonly charts = new Map<string, Chart>();
+  private readonly cards = new Map<string, Value>();
   private readonly resize: ResizeObserver | null;
 
   constructor(requestDraw: () => void) {
-    this.el = h("section", { class: "nbtrain-section nbtrain-charts" }, h("div", { class: "nbtrain-section-title" }, "Metrics"), this.grid);
+    this.el = h("section", { class: "nbtrain-section nbtrain-charts" }, h("div", { class: "nbtrain-section-title" }, "Metrics"), this.values, this.grid);
     this.resize = typeof ResizeObserver === "undefined" ? null : new ResizeObserver(() => requestDraw());
     this.resize?.observe(this.grid);
   }
 
   render(keys: readonly string[], series: ReadonlyMap<string, Series>): void {
     this.el.hidden = keys.length === 0;
-    keys.forEach((key, position) => {
+    // a key with fewer than two points is a value; it becomes a chart with its second point
+    const single = (key: string): boolean => (series.get(key)?.length ?? 0) < 2;
+    const valueKeys = keys.filter(single);
+    const chartKeys = keys.filter((key) => !single(key));
+    this.values.hidden = valueKeys.length === 0;
+    valueKeys.forEach((key, position) => {
+      let card = this.cards.get(key);
+      if (!card) {
+        card = new Value(key);
+        this.cards.set(key, card);
+      }
+      if (this.values.children[position] !== card.el) this.values.insertBefore(card.el, this.values.children[position] ?? null);
+      const data = series.get(key);
+      if (data) card.update(data);
+    });
+    for (const [key, card] of this.cards) {
+      if (!valueKeys.includes(key)) {
+        card.el.remove();
+        this.cards.delete(key);
+      }
+    }
+    chartKeys.forEach((key, position) => {
       let chart = this.charts.get(key);
       if (!chart) {
         chart = new Chart(key);
@@ -122,7 +174,7 @@ export class ChartsView {
       if (data) chart.update(data);
     });
     for (const [key, chart] of this.charts) {
-      if (!keys.includes(key)) {
+      if (!chartKeys.includes(key)) {
         chart.destroy();
         chart.el.remove();
         this.charts.delete(key);

@@ -15,6 +15,8 @@ export class FailureView {
   private readonly lastBox = h("div", {}, this.lastTitle, this.lastLines);
   private readonly openLogs = h("button", { type: "button", class: "nbtrain-button" });
   private rendered: Failure | null = null;
+  /** This view showed the run without a failure: a failure that comes now is news, and is scrolled to. */
+  private sawNoFailure = false;
 
   constructor(showRankLogs: (rank: number) => void) {
     this.el = h(
@@ -32,7 +34,9 @@ export class FailureView {
 
   render(failure: Failure | null): void {
     show(this.el, failure !== null);
+    if (failure === null) this.sawNoFailure = true;
     if (failure === null || failure === this.rendered) return;
+    const news = this.rendered === null && this.sawNoFailure;
     this.rendered = failure;
     setText(this.summary, failure.summary || "The run failed.");
     const exit = exitText(failure.exit_code, failure.signal);
@@ -49,5 +53,8 @@ export class FailureView {
     this.lastLines.scrollTop = this.lastLines.scrollHeight; // the lines just before the end matter most
     show(this.openLogs, failure.rank !== null);
     setText(this.openLogs, failure.rank !== null ? `Rank ${failure.rank} logs` : "");
+    // the panel sits at the top of a tall widget while the user looks at the logs or charts below:
+    // bring it into view once, when the run fails under their eyes (not on a reload of a failed run)
+    if (news && this.el.isConnected) this.el.scrollIntoView({ block: "nearest" });
   }
 }

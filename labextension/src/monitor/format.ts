@@ -94,3 +94,24 @@ export function launchText(warm: WarmFacts | null): string {
 export function recycledText(warm: WarmFacts | null): string {
   return warm !== null && warm.recycled ? `gang recycled after generation ${warm.generation}: ${warm.recycled}` : "";
 }
+
+/** The tooltip of the shape line's "cold" / "warm …": what the words mean. */
+export function launchTitle(warm: WarmFacts | null): string {
+  if (warm === null) {
+    return "cold: this run started new processes (Python, torch and your imports loaded from scratch); --warm keeps a gang of ranks with them loaded, so the next run starts in a second or two";
+  }
+  return "warm: the ranks were forked from a gang kept alive with Python, torch and the imports already loaded (--warm); gen = how many runs that gang has served";
+}
+
+/** The Resume button's tooltip: what it does, or why it is disabled. */
+export function resumeTitle(canResume: boolean): string {
+  return canResume
+    ? "Relaunch the gang from the run's latest checkpoint"
+    : "Resume needs a checkpoint and this run saved none (nbtrain.save_checkpoint(accelerator, step) saves one); run the cell again to start over";
+}
+
+/** Why the monitor shows no MLflow link (the run's tracking store has no web page of its own). */
+export const NO_MLFLOW_PAGE =
+  "No MLflow page to open: MLflow's default store is a local file (sqlite:///mlflow.db in the kernel's working directory), " +
+  "which has no web server. Run `mlflow ui --backend-store-uri sqlite:///mlflow.db` there and open http://127.0.0.1:5000, " +
+  "or set MLFLOW_TRACKING_URI to a tracking server (http://…) to get a link here. (Tracking may also be off: NBTRAIN_TRACKING=0.)";

@@ -3,6 +3,7 @@
 import { h, setAttr, setText, show } from "./dom";
 import type { LogLine, LogStore, Tab } from "./logs";
 import type { OutMsg } from "./protocol";
+import { SearchView, type Searcher } from "./search";
 
 /** What the user chose in the log section (kept across re-created views of the same run). */
 export interface LogPrefs {
@@ -36,7 +37,22 @@ export class LogsView {
     { type: "button", class: "nbtrain-button", "data-testid": "nbtrain-log-older" },
     "Load older",
   );
+  private readonly searchButton = h(
+    "button",
+    {
+      type: "button",
+      class: "nbtrain-button",
+      "data-testid": "nbtrain-log-search-go",
+      title: "Search the tab's whole log on disk (the filter matches only the lines held here)",
+    },
+    "Search whole log",
+  );
   private readonly info = h("span", { class: "nbtrain-muted nbtrain-log-info" });
+  /** "1,000 older lines loaded above", for a few seconds after a page of older lines came in. */
+  private readonly note = h("span", { class: "nbtrain-log-note", "data-testid": "nbtrain-log-note" });
+  private noteUntil = 0;
+  private firstSeen: { tab: Tab; index: number | null } = { tab: "merged", index: null };
+  private readonly results: SearchView;
   private readonly log = h("div", { class: "nbtrain-log", role: "log", tabindex: 0, "data-testid": "nbtrain-log" });
   private readonly tabButtons = new Map<Tab, HTMLButtonElement>();
   private tab: Tab = "merged";
@@ -54,7 +70,11 @@ export class LogsView {
     private readonly requestDraw: () => void,
     initial: LogPrefs | undefined,
     private readonly savePrefs: (prefs: LogPrefs) => void,
+    search: Searcher,
   ) {
+    this.results = new SearchView(search);
+    // an older page grows a followed tab's window instead of cutting it off from the newest lines
+    store.follows = (rank) => this.following && this.tab === rank;
     if (initial) {
       this.tab = initial.tab;
       this.filter.value = initial.filter;
@@ -66,21 +86,24 @@ export class LogsView {
       { class: "nbtrain-section nbtrain-logs" },
       h("div", { class: "nbtrain-section-title" }, "Logs"),
       this.tabs,
-      h("div", { class: "nbtrain-log-toolbar" }, this.filter, this.follow, this.older, this.info),
+      h("div", { class: "nbtrain-log-toolbar" }, this.filter, this.searchButton, this.follow, this.older, this.info, this.note),
+      this.results.el,
       this.log,
     );
     this.filter.addEventListener("input", () => {
       this.save();
       this.requestDraw();
     });
+    this.filter.addEventListener("keydown", (event) => {
+      if (event.key === "Enter") void this.results.start(this.filter.value, this.tab);
+    });
+    this.searchButton.addEventListener("click", () => void this.results.start(this.filter.value, this.tab));
     this.follow.addEventListener("click", () => this.setFollowing(!this.following));
     this.older.addEventListener("click", () => {
       if (this.tab === "merged") return;
+      // Follow stays as the user set it; the lines in view stay in place (render keeps them there)
       const msg = this.store.requestOlder(this.tab, this.total(this.tab));
-      if (msg) {
-        this.setFollowing(false);
-        this.send(msg);
-      }
+      if (msg) this.send(msg);
       this.requestDraw();
     });
     this.log.addEventListener("scroll", () => {
@@ -125,6 +148,8 @@ export class LogsView {
       this.older.disabled = loading || !this.store.hasOlder(tab, total);
       setText(this.older, loading ? "Loading…" : "Load older");
     }
+    this.searchButton.disabled = filter.trim() === "";
+    this.noteOlder(tab, rankLog?.firstIndex ?? null);
     const held = tab === "merged" ? this.store.merged.length : (rankLog?.lines.length ?? 0);
     const shown = this.rendered.length;
     let info = `${shown.toLocaleString()} line${shown === 1 ? "" : "s"}`;
@@ -135,6 +160,19 @@ export class LogsView {
     setAttr(this.log, "data-lines", shown);
     setAttr(this.log, "data-tab", String(tab));
     if (this.following) this.scrollToEnd();
+  }
+
+  /** Say (for 4 s) how many older lines a page put above the view: they arrive out of sight. */
+  private noteOlder(tab: Tab, first: number | null): void {
+    const before = this.firstSeen;
+    this.firstSeen = { tab, index: first };
+    if (before.tab === tab && before.index !== null && first !== null && first < before.index) {
+      const n = before.index - first;
+      setText(this.note, `↑ ${n.toLocaleString()} older line${n === 1 ? "" : "s"} loaded above`);
+      this.noteUntil = Date.now() + 4000;
+      window.setTimeout(() => this.requestDraw(), 4100);
+    }
+    show(this.note, Date.now() < this.noteUntil);
   }
 
   private total(rank: number): number {

@@ -8,6 +8,8 @@ import type { OutMsg } from "./protocol";
 import { RingBuffer } from "./ring";
 
 export const MAX_LINES_PER_TAB = 3000;
+/** Older pages may grow a followed window up to this many times its cap before it lets go of the tail. */
+export const PAGED_GROWTH = 4;
 export const PAGE_LIMIT = 1000;
 /** A page request with no reply after this long may be sent again. */
 const PENDING_TIMEOUT_MS = 5000;
@@ -32,18 +34,24 @@ function lowerBound(lines: readonly LogLine[], index: number): number {
 }
 
 /**
- * One rank's window of at most `cap` lines, sorted by index (gaps allowed: lines the kernel skipped
- * under load). Live lines push the oldest out. Paging far back can push the newest out instead: the
- * window is then `detached` from the tail and ignores live lines until `reattach`.
+ * One rank's window of lines, sorted by index (gaps allowed: lines the kernel skipped under load).
+ * It holds `cap` lines, or more after older pages came in while the tab follows the newest lines (up to
+ * `PAGED_GROWTH * cap`): live lines then push the oldest out and the window keeps its size. An older page
+ * that does not fit (or comes while the tab does not follow) pushes the newest out instead: the window is
+ * then `detached` from the tail and ignores live lines until `reattach`.
  */
 export class RankLog {
   lines: LogLine[] = [];
   detached = false;
+  /** How many lines live lines may leave in the window (`cap`, more after older pages). */
+  private size: number;
 
   constructor(
     readonly rank: number,
     readonly cap = MAX_LINES_PER_TAB,
-  ) {}
+  ) {
+    this.size = cap;
+  }
 
   get firstIndex(): number | null {
     return this.lines.length ? (this.lines[0] as LogLine).index : null;
@@ -57,20 +65,27 @@ export class RankLog {
   addLive(index: number, text: string): boolean {
     if (this.detached) return false;
     if (!this.insert(index, text)) return false;
-    if (this.lines.length > this.cap) this.lines.splice(0, this.lines.length - this.cap);
+    if (this.lines.length > this.size) this.lines.splice(0, this.lines.length - this.size);
     return true;
   }
 
-  /** Lines `start ..` of a page reply; true when anything was added. */
-  addPage(start: number, texts: readonly string[]): boolean {
+  /**
+   * Lines `start ..` of a page reply; true when anything was added. `keepTail`: the tab follows the
+   * newest lines, so an older page grows the window (up to `PAGED_GROWTH * cap`) rather than detach it.
+   */
+  addPage(start: number, texts: readonly string[], keepTail = false): boolean {
     let added = false;
     for (let i = 0; i < texts.length; i++) added = this.insert(start + i, texts[i] as string) || added;
-    const excess = this.lines.length - this.cap;
+    const older = start + texts.length - 1 < (this.lastIndex ?? 0);
+    if (older && keepTail && this.lines.length <= PAGED_GROWTH * this.cap) {
+      this.size = Math.max(this.size, this.lines.length);
+      return added;
+    }
+    const excess = this.lines.length - this.size;
     if (excess > 0) {
-      const tail = this.lastIndex ?? 0;
-      if (start + texts.length - 1 < tail) {
+      if (older) {
         // an older page: keep it, let go of the newest lines
-        this.lines.length = this.cap;
+        this.lines.length = this.size;
         this.detached = true;
       } else {
         this.lines.splice(0, excess);
@@ -83,6 +98,7 @@ export class RankLog {
   replace(entries: readonly (readonly [number, string])[]): void {
     this.lines = [];
     this.detached = false;
+    this.size = this.cap;
     for (const [index, text] of entries) this.insert(index, text);
     if (this.lines.length > this.cap) this.lines.splice(0, this.lines.length - this.cap);
   }
@@ -91,6 +107,7 @@ export class RankLog {
   reattach(): void {
     this.lines = [];
     this.detached = false;
+    this.size = this.cap;
   }
 
   private insert(index: number, text: string): boolean {
@@ -145,6 +162,8 @@ export class LogStore {
   private readonly pending = new Map<number, number>(); // rank -> time the page was asked for
   /** Bumped on every change, so views redraw only when something moved. */
   version = 0;
+  /** Whether a rank's tab follows its newest lines (the view says): older pages then grow its window. */
+  follows: (rank: number) => boolean = () => false;
 
   constructor(
     readonly cap = MAX_LINES_PER_TAB,
@@ -184,7 +203,7 @@ export class LogStore {
 
   applyPage(rank: number, start: number, texts: readonly string[]): void {
     this.pending.delete(rank);
-    this.rank(rank).addPage(start, texts);
+    this.rank(rank).addPage(start, texts, this.follows(rank));
     this.version++; // also when nothing was added: the "loading" state ended
   }
 

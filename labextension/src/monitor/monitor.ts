@@ -24,6 +24,7 @@ import {
 } from "./protocol";
 import { RanksView } from "./ranks";
 import { FrameScheduler } from "./schedule";
+import { restSearcher } from "./search";
 import { Series } from "./series";
 
 /** A missed batch triggers a fresh snapshot, but not more often than this. */
@@ -81,7 +82,8 @@ export class Monitor {
     this.charts = new ChartsView(draw);
     this.traits = readTraits(model);
     const runId = this.traits.header.run_id;
-    this.logsView = new LogsView(this.logs, send, draw, rememberedPrefs.get(runId), (prefs) => remember(runId, prefs));
+    this.logsView = new LogsView(this.logs, send, draw, rememberedPrefs.get(runId), (prefs) => remember(runId, prefs),
+      restSearcher(runId));
     this.failure = new FailureView((rank) => this.logsView.select(rank));
     this.root = h(
       "div",
@@ -213,8 +215,9 @@ export class Monitor {
     const keys = [...metric_keys, ...[...this.series.keys()].filter((key) => !metric_keys.includes(key))];
     for (const key of keys) this.seriesFor(key);
     this.charts.render(keys, this.series);
-    const ranksWithLogs = log_ranks.length ? log_ranks : ranks.nodes.flatMap((node) => node.ranks.map((t) => t[0]));
-    this.logsView.render(ranksWithLogs, line_counts, failure?.rank ?? null);
+    // a tab for every rank of the gang, quiet ones too (their tab must not vanish when another rank prints)
+    const tabs = new Set([...log_ranks, ...ranks.nodes.flatMap((node) => node.ranks.map((t) => t[0]))]);
+    this.logsView.render([...tabs].sort((a, b) => a - b), line_counts, failure?.rank ?? null);
     this.env.render(env);
   }
 }

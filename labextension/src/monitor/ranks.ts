@@ -78,7 +78,7 @@ export class RanksView {
         setAttr(cell.el, "data-straggler", view.straggler ? "1" : "0");
         setAttr(cell.el, "title", view.title);
         setText(cell.step, view.step);
-        setText(cell.age, view.age);
+        setText(cell.age, view.age ? `seen ${view.age} ago` : "");
       }
     });
     for (const [id, els] of this.nodes) {
@@ -103,7 +103,7 @@ export class RanksView {
     const cells = new Map<number, CellEls>();
     for (const rank of ranks) {
       const step = h("span", { class: "nbtrain-cell-step" });
-      const age = h("span", { class: "nbtrain-cell-age" });
+      const age = h("span", { class: "nbtrain-cell-age", title: "when this rank was last heard from (a line, a metric or a heartbeat)" });
       const el = this.detailed
         ? h("div", { class: "nbtrain-cell", "data-testid": `nbtrain-rank-${rank}` }, h("span", { class: "nbtrain-cell-rank" }, `rank ${rank}`), step, age)
         : h("div", { class: "nbtrain-cell", "data-testid": `nbtrain-rank-${rank}` });

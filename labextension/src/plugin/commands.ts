@@ -12,7 +12,8 @@ import type { ReadonlyPartialJSONObject } from "@lumino/coreutils";
 import { CommandIDs } from "./commands-ids";
 import type { DistributedChoice } from "./dialogs";
 import { DistributedForm, RunPicker } from "./dialogs";
-import { exportMessage } from "./format";
+import { NO_MLFLOW_PAGE } from "../monitor/format";
+import { exportMessage, resumeCaption } from "./format";
 import { exportJobIcon, runDistributedIcon } from "./icons";
 import { loadsExtension, readLine, withMagicLine } from "./magic-line";
 import type { ProfileCatalog } from "./profiles";
@@ -261,7 +262,10 @@ export function registerCommands(context: CommandContext): void {
 
   commands.addCommand(CommandIDs.resumeRun, {
     label: "Resume run",
-    caption: "Relaunch the run from its latest checkpoint",
+    caption: (args) => {
+      const id = runIdOf(args);
+      return resumeCaption(id !== null ? model.get(id) : undefined);
+    },
     isEnabled: (args) => {
       const id = runIdOf(args);
       const run = id !== null ? model.get(id) : undefined;
@@ -300,7 +304,7 @@ export function registerCommands(context: CommandContext): void {
     caption: (args) => {
       const id = runIdOf(args);
       const url = id !== null ? model.get(id)?.trackingUrl : null;
-      return url ?? "This run has no MLflow link (tracking is off, or its server URL is not known)";
+      return url ?? NO_MLFLOW_PAGE;
     },
     isEnabled: (args) => {
       const id = runIdOf(args);

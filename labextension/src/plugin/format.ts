@@ -68,3 +68,21 @@ export function exportMessage(notebook: string, job: ExportResult): string {
   const names = key.length > 0 ? key.join(", ") + (more > 0 ? ` and ${more} more` : "") : `${more} files`;
   return `Exported ${notebook} to ${job.path}/: ${names}`;
 }
+
+/** The Resume button's tooltip in the runs panel: what it does, or why it is disabled. */
+export function resumeCaption(run: RunSummary | undefined): string {
+  if (run === undefined) return "Relaunch the run from its latest checkpoint";
+  if (isActive(run.state)) return `Resume is for a run that ended; ${run.id} is still ${run.state}`;
+  if (run.state === "succeeded") return `${run.id} succeeded: there is nothing to resume (run the cell again for a new run)`;
+  if (run.canResume) return "Relaunch the run from its latest checkpoint";
+  return (
+    `${run.id} saved no checkpoint, so it cannot resume: a resume continues from the latest checkpoint ` +
+    "(nbtrain.save_checkpoint(accelerator, step) in the cell saves one). Run the cell again to start over."
+  );
+}
+
+/** "digits (digits-3fa9c2) failed: rank 1 (node 0) failed: ValueError: boom" (the toast of a run that failed). */
+export function failureMessage(run: RunSummary): string {
+  const text = `${run.name} (${run.id}) failed${run.failure ? `: ${run.failure}` : ""}`;
+  return text.length > 140 ? `${text.slice(0, 139)}…` : text; // JupyterLab cuts a notification at 140 characters
+}

@@ -6,12 +6,14 @@
 
 import type { JupyterFrontEnd, JupyterFrontEndPlugin } from "@jupyterlab/application";
 import { ILayoutRestorer } from "@jupyterlab/application";
-import { ICommandPalette } from "@jupyterlab/apputils";
+import { ICommandPalette, Notification } from "@jupyterlab/apputils";
 import { INotebookTracker } from "@jupyterlab/notebook";
 import { IStatusBar } from "@jupyterlab/statusbar";
 
 import { NbtrainAPI } from "./api";
 import { CommandIDs, registerCommands } from "./commands";
+import { FailureWatch } from "./failures";
+import { failureMessage } from "./format";
 import { RunsPanel } from "./panel";
 import { RunsModel } from "./runs-model";
 import { ActiveRunsItem } from "./statusbar";
@@ -45,6 +47,16 @@ function activate(
 
   // enabled states follow the runs (per-run buttons) and the active cell (toolbar, menus)
   model.changed.connect(() => app.commands.notifyCommandChanged());
+  // a run that fails says so wherever the user is looking (a cancelled one gets its toast from Cancel)
+  const failures = new FailureWatch();
+  model.changed.connect(() => {
+    for (const run of failures.newlyFailed(model.runs, model.loaded)) {
+      Notification.error(failureMessage(run), {
+        autoClose: false,
+        actions: [{ label: "Show runs", callback: () => showRuns() }],
+      });
+    }
+  });
   notebooks?.activeCellChanged.connect(() => app.commands.notifyCommandChanged(CommandIDs.runCellDistributed));
   notebooks?.currentChanged.connect(() => app.commands.notifyCommandChanged());
 
