@@ -209,6 +209,7 @@ def test_rank_tab_and_stop(
 
     assert survivors(), "the slow run's gang should be running before Stop"
     monitor.get_by_test_id("nbtrain-stop").click()
+    monitor.get_by_test_id("nbtrain-stop-confirm").click()  # Stop asks first, as the panel's Cancel does
     poll(lambda: read(monitor)["state"] == "cancelled", 90, "state Cancelled after Stop")
     assert read(monitor)["label"] == "Cancelled"
     assert monitor.get_by_test_id("nbtrain-stop").is_hidden()

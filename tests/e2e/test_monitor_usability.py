@@ -146,7 +146,7 @@ def test_quickstart_first_point_latency_and_layout(page: Any, lab: Any, artifact
     chart = monitor.get_by_test_id("nbtrain-chart-loss")
     width, total = chart.bounding_box()["width"], monitor.bounding_box()["width"]
     assert width > 0.4 * total, f"the loss chart is {width:.0f} px of a {total:.0f} px monitor"
-    labels = chart.locator(".u-label").all_inner_texts()
+    labels = chart.locator(".u-label").evaluate_all("els => els.map((el) => el.textContent)")
     assert "step" in labels and "loss" in labels, labels
     # the rank tiles say what their time is; "cold" is explained; the step text stays on one line
     assert re.fullmatch(r"seen \S+ s ago", monitor.get_by_test_id("nbtrain-rank-0").locator(".nbtrain-cell-age")
