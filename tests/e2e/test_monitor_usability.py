@@ -25,7 +25,7 @@ from test_monitor_browser import (
     shutdown_kernels,
 )
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]  # a gang plus a browser on a busy 2-core machine
 
 CHECKPOINTED_CELL = """%%distributed --nodes 1 --gpus 2 --name resumable --out run
 import time
