@@ -18,6 +18,26 @@ from procs import pids_with_env
 pytest_plugins = ["pytest_jupyter.jupyter_server"]
 
 
+SHARED_SCOPES = ("module", "class", "package")
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist turns the xdist_group marks into node ids (--dist loadgroup)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under pytest-xdist's ``--dist loadgroup``, a module whose tests share a fixture wider than one test runs whole.
+
+    A test using a module-, class- or package-scoped fixture (a warm gang, an MLflow server, ...) gets
+    ``xdist_group(<its module>)``, so those tests meet on one worker in file order, as in a serial run; every other
+    test is scheduled on its own. A test that names its group itself keeps it. Without xdist the marks do nothing.
+    """
+    for item in items:
+        if item.get_closest_marker("xdist_group") is not None:
+            continue
+        info = getattr(item, "_fixtureinfo", None)
+        defs = info.name2fixturedefs.values() if info is not None else ()
+        if any(d.scope in SHARED_SCOPES for chain in defs for d in chain):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+
+
 def gang_survivors(run_ids: set[str] | None = None) -> list[int]:
     """Live processes of the gangs/supervisors/tracking agents of ``run_ids`` (default: the runs of NBTRAIN_HOME)."""
     if run_ids is None:

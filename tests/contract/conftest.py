@@ -262,23 +262,35 @@ class SlurmUnderTest(BackendUnderTest):
 
 
 def _slurm_cluster_module() -> Any:
-    """tests/integration/slurm/cluster.py as a module (its ``test_cluster`` starts a real 2-node cluster)."""
-    name = "nbtrain_contract_slurm_cluster"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, SLURM_TESTS / "cluster.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
+    """tests/integration/slurm/cluster.py as a module, under the name its own conftest imports it by (``cluster``).
+
+    One module object per process: the Slurm tests and this suite borrow the same :data:`cluster.SHARED` cluster.
+    """
+    name = "cluster"
+    loaded = sys.modules.get(name)
+    if loaded is not None:
+        assert Path(str(loaded.__file__)).resolve() == SLURM_TESTS / "cluster.py", f"another module named {name}: {loaded}"
+        return loaded
+    spec = importlib.util.spec_from_file_location(name, SLURM_TESTS / "cluster.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="session")
+def _slurm_shared() -> Iterator[None]:
+    """Stops the process's shared Slurm cluster at the end of the session (failing on processes that outlived it)."""
+    yield from _slurm_cluster_module().shared_cluster_session()
 
 
 @contract_backend("slurm")
-def slurm_under_test(home: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[SlurmUnderTest]:
-    """The Slurm backend on a real 2-node cluster (skipped, with the install command, when Slurm is missing)."""
+def slurm_under_test(home: Path, monkeypatch: pytest.MonkeyPatch, _slurm_shared: None) -> Iterator[SlurmUnderTest]:
+    """The Slurm backend on the shared real 2-node cluster (skipped, with the install command, when Slurm is missing)."""
     from nbtrain.backends.slurm import SlurmBackend
 
-    with _slurm_cluster_module().test_cluster(monkeypatch) as cluster:
+    with _slurm_cluster_module().SHARED.lend(monkeypatch) as cluster:
         store = Store(home)
         subject = SlurmUnderTest(store, SlurmBackend(store), cluster)
         try:

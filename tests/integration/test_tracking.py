@@ -25,7 +25,8 @@ from procs import pids_with_env  # tests/support, put on sys.path by tests/conft
 
 from nbtrain.tracking import tracking_url
 
-pytestmark = pytest.mark.slow
+# one worker under pytest-xdist: the module-scoped MLflow server (asked for by name in `tracking`) starts once
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("tests/integration/test_tracking.py")]
 
 
 def _free_port() -> int:

@@ -22,9 +22,10 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-__all__ = ["BINARIES", "REQUIRE_ENV", "Cluster", "Leftover", "missing_binaries", "running_cluster", "slurm_pids",
-           "test_cluster"]
+__all__ = ["BINARIES", "DEFAULT_PARTITIONS", "REQUIRE_ENV", "Cluster", "Leftover", "SharedCluster", "missing_binaries",
+           "running_cluster", "slurm_pids", "test_cluster"]
 
 BINARIES = ("slurmctld", "slurmd", "sbatch", "srun", "scontrol", "squeue", "scancel", "sinfo")
 START_TIMEOUT_S = 20.0
@@ -120,6 +121,9 @@ def render_conf(root: Path, *, nodes: list[str], ports: Mapping[str, int], ctld_
         "AccountingStorageType=accounting_storage/none",
         "JobAcctGatherType=jobacct_gather/none",
         "GresTypes=gpu",
+        # job ids of clusters running at once never meet (pytest-xdist workers each run one): a test that finds
+        # processes by SLURM_JOB_ID finds its own cluster's
+        f"FirstJobId={ctld_port * 1000 + 1}",
         *extra,
     ]
     for name in nodes:
@@ -142,6 +146,7 @@ class Cluster:
     slurmds: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     started_in_s: float = 0.0
     leftovers: list[Leftover] = field(default_factory=list)  # what :meth:`stop` had to kill (set by running_cluster)
+    altered: bool = False  # a test changed it for good (a killed node): never reused (see SharedCluster)
 
     @property
     def env(self) -> dict[str, str]:
@@ -196,6 +201,7 @@ class Cluster:
         them killed, which is how srun names the node of a multi-node step at once. Tasks are never stopped first: a
         stopped process group orphaned by its launcher's death gets SIGHUP, which a rank would report.
         """
+        self.altered = True  # a shared cluster is not handed to the next test (see SharedCluster)
         proc = self.slurmds[name]
         # slurmstepd names itself "slurmstepd: [JOB.STEP]" and has no SLURMD_NODENAME (on one host, the stepds of a
         # 2-node job look alike): found by its step socket in the node's spool directory
@@ -253,6 +259,49 @@ class Cluster:
         daemons = {p.pid for p in [self.ctld, *self.slurmds.values()] if p is not None}
         found = [Leftover(pid, _cmdline(pid)) for pid in slurm_pids(self.conf) if pid not in daemons]
         return [p for p in found if p.what != ": slurmscriptd"]  # slurmctld's own helper, ends with it
+
+    def clear(self) -> list[Leftover]:
+        """Cancel every job and give its processes :data:`JOBS_END_S` to go; SIGKILL and return what outlived that.
+
+        What :meth:`stop` does first, without stopping the daemons: the cluster can serve the next test.
+        """
+        try:
+            self.client("scancel", "--full", "--user", "root", timeout=5)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+        deadline = time.monotonic() + JOBS_END_S
+        while self.job_processes() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        left = self.job_processes()
+        for process in left:
+            try:
+                os.kill(process.pid, signal.SIGKILL)
+            except OSError:
+                pass
+        return left
+
+    def healthy(self, partitions: Mapping[str, str], timeout: float = 15) -> bool:
+        """As :meth:`start` left it: every daemon alive, the queue empty, every node idle, ``partitions`` as configured.
+
+        Waits up to ``timeout`` for a job that is completing; False when it does not get there.
+        """
+        want_states = sorted(f"{name} {'down' if 'State=DOWN' in extra else 'up'}" for name, extra in partitions.items())
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.altered or any(p is None or p.poll() is not None for p in [self.ctld, *self.slurmds.values()]):
+                return False
+            try:
+                queue = self.client("squeue", "-h", timeout=5).stdout.strip()
+                nodes = self.client("sinfo", "-h", "-N", "-o", "%N %T", timeout=5).stdout.split("\n")
+                shown = self.client("sinfo", "-h", "-o", "%R %a", timeout=5).stdout.split("\n")
+            except (OSError, subprocess.TimeoutExpired):
+                return False
+            idle = {line.split()[0] for line in nodes if line.split()[1:] == ["idle"]}
+            if not queue and idle == set(self.nodes) and sorted({x.strip() for x in shown if x.strip()}) == want_states:
+                return True
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.1)
 
     def stop(self) -> list[Leftover]:
         """Cancel every job, wait for its processes, stop the daemons; SIGKILL and return what outlived its deadline.
@@ -325,19 +374,11 @@ def running_cluster(root: Path, *, nodes: int = 2, partitions: Mapping[str, str]
         cluster.leftovers = cluster.stop()
 
 
-@contextmanager
-def test_cluster(monkeypatch: object, *, partitions: Mapping[str, str] | None = None,
-                 nodes: int = 2, extra: tuple[str, ...] = ()) -> Iterator[Cluster]:
-    """What the ``slurm_cluster`` fixtures yield: a fresh cluster of ``nodes`` nodes (2), ``SLURM_CONF`` pointing at it.
+DEFAULT_PARTITIONS = {"debug": "", "down": "State=DOWN"}  # what the slurm_cluster fixtures start
 
-    Skips (pytest.skip) with the install command when Slurm's programs are missing, or fails with the same words
-    when ``NBTRAIN_REQUIRE_SLURM=1`` (CI: a Slurm that could not be installed must not pass as "skipped"). Fails
-    at teardown when a process of the cluster outlived :meth:`Cluster.stop`'s deadlines (listed by PID and
-    command line). The cluster lives under a short /tmp directory: slurmd's step sockets
-    (``SPOOL/n1_<job>.<step>``) must fit in 108 bytes.
-    """
-    import tempfile
 
+def _require_slurm() -> None:
+    """Skip the test (pytest.skip) with the install command when Slurm is missing; fail it when CI requires Slurm."""
     import pytest
 
     missing = missing_binaries()
@@ -347,20 +388,114 @@ def test_cluster(monkeypatch: object, *, partitions: Mapping[str, str] | None = 
         if os.environ.get(REQUIRE_ENV) == "1":
             pytest.fail(f"{REQUIRE_ENV}=1 but {why}", pytrace=False)
         pytest.skip(why)
+
+
+def _fail_on_leftovers(leftovers: list[Leftover], when: str) -> None:
+    import pytest
+
+    if leftovers:
+        pytest.fail(f"{len(leftovers)} process(es) of the test Slurm cluster outlived their deadline {when} and had "
+                    "to be SIGKILLed:\n  " + "\n  ".join(map(str, leftovers)), pytrace=False)
+
+
+STOP_DEADLINES = (f"({JOBS_END_S:.0f} s after scancel for job processes, {DAEMONS_END_S:.0f} s after SIGTERM for "
+                  "daemons)")
+
+
+@contextmanager
+def test_cluster(monkeypatch: object, *, partitions: Mapping[str, str] | None = None,
+                 nodes: int = 2, extra: tuple[str, ...] = ()) -> Iterator[Cluster]:
+    """A fresh cluster of ``nodes`` nodes (2) for one test, ``SLURM_CONF`` pointing at it.
+
+    For tests that need their own configuration (more nodes, preemption, other partitions, patched daemons); the
+    others share one through :class:`SharedCluster`. Skips (pytest.skip) with the install command when Slurm's
+    programs are missing, or fails with the same words when ``NBTRAIN_REQUIRE_SLURM=1`` (CI: a Slurm that could
+    not be installed must not pass as "skipped"). Fails at teardown when a process of the cluster outlived
+    :meth:`Cluster.stop`'s deadlines (listed by PID and command line). The cluster lives under a short /tmp
+    directory: slurmd's step sockets (``SPOOL/n1_<job>.<step>``) must fit in 108 bytes.
+    """
+    import tempfile
+
+    _require_slurm()
     from nbtrain.backends.slurm import cli
 
     root = Path(tempfile.mkdtemp(prefix="nbslurm-", dir="/tmp"))
     try:
-        with running_cluster(root, nodes=nodes, partitions=partitions or {"debug": "", "down": "State=DOWN"},
+        with running_cluster(root, nodes=nodes, partitions=partitions or DEFAULT_PARTITIONS,
                              extra=extra) as cluster:
             monkeypatch.setenv("SLURM_CONF", str(cluster.conf))  # type: ignore[attr-defined]
             cli._cache = None  # job ids start again at 1 on every cluster: never read another cluster's records
             yield cluster
-        if cluster.leftovers:
-            pytest.fail(f"{len(cluster.leftovers)} process(es) of the test Slurm cluster outlived their deadline "
-                        f"({JOBS_END_S:.0f} s after scancel for job processes, {DAEMONS_END_S:.0f} s after SIGTERM "
-                        "for daemons) and had to be SIGKILLed:\n  " + "\n  ".join(map(str, cluster.leftovers)),
-                        pytrace=False)
+        _fail_on_leftovers(cluster.leftovers, STOP_DEADLINES)
     finally:
         cli._cache = None
         shutil.rmtree(root, ignore_errors=True)
+
+
+class SharedCluster:
+    """The default 2-node cluster (partitions ``debug`` and ``down``), started once and lent to one test at a time.
+
+    One per process (each pytest-xdist worker has its own, on its own ports and directory). Between tests,
+    :meth:`lend` cancels every job and fails the test whose job processes outlived :data:`JOBS_END_S` (as
+    :meth:`Cluster.stop` would); a cluster that is not as :meth:`Cluster.start` left it afterwards (a killed node,
+    a daemon gone, a partition left changed, a node that does not come back to idle) is stopped, with the same
+    leftover check, and the next test gets a fresh one. Job ids keep counting across the tests of a cluster:
+    tests find their jobs by what they submitted, never by number.
+    """
+
+    def __init__(self) -> None:
+        self._cluster: Cluster | None = None
+        self._context: Any = None
+        self._root: Path | None = None
+
+    @contextmanager
+    def lend(self, monkeypatch: object) -> Iterator[Cluster]:
+        """The cluster for one test, ``SLURM_CONF`` pointing at it; skips or fails like :func:`test_cluster`."""
+        _require_slurm()
+        from nbtrain.backends.slurm import cli
+
+        cluster = self._cluster or self._start()
+        monkeypatch.setenv("SLURM_CONF", str(cluster.conf))  # type: ignore[attr-defined]
+        cli._cache = None  # never read the records of the test before
+        try:
+            yield cluster
+        finally:
+            cli._cache = None
+            leftovers = cluster.clear()
+            if not cluster.healthy(DEFAULT_PARTITIONS):
+                leftovers += self.close()
+        _fail_on_leftovers(leftovers, f"({JOBS_END_S:.0f} s after scancel at the end of the test)")
+
+    def _start(self) -> Cluster:
+        import tempfile
+
+        self._root = Path(tempfile.mkdtemp(prefix="nbslurm-", dir="/tmp"))
+        self._context = running_cluster(self._root, partitions=DEFAULT_PARTITIONS)
+        try:
+            self._cluster = self._context.__enter__()
+        except BaseException:
+            self._context = None
+            shutil.rmtree(self._root, ignore_errors=True)
+            raise
+        return self._cluster
+
+    def close(self) -> list[Leftover]:
+        """Stop the cluster (if one runs) and remove its directory; what :meth:`Cluster.stop` had to kill."""
+        cluster, context, self._cluster, self._context = self._cluster, self._context, None, None
+        if cluster is None or context is None:
+            return []
+        try:
+            context.__exit__(None, None, None)
+        finally:
+            if self._root is not None:
+                shutil.rmtree(self._root, ignore_errors=True)
+        return cluster.leftovers
+
+
+SHARED = SharedCluster()  # this process's; the conftests that lend it import this module under one name ("cluster")
+
+
+def shared_cluster_session() -> Iterator[None]:
+    """The body of a session fixture: at the end, stop :data:`SHARED`, failing on what had to be killed."""
+    yield
+    _fail_on_leftovers(SHARED.close(), STOP_DEADLINES)
