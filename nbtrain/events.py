@@ -88,6 +88,7 @@ class EventKind(str, enum.Enum):
     RESULT = "result"  # pickle_b64                        (rank 0's result when no shared disk exists)
     PARAMS = "params"  # values{name: str}, project         (Accelerator.init_trackers' config, from rank 0)
     DATASET = "dataset"  # name, version, url, datasets[str]  (nbtrain.dataset_path resolved a dataset)
+    ARTIFACT = "artifact"  # artifact_path, name, path | data_b64, bytes (a file logged through the run's trackers)
 
 
 #: Kinds only nbtrain itself reports (the supervisor, the Kubernetes mirror), never a rank: a pod's output

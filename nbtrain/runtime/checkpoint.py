@@ -40,7 +40,8 @@ from nbtrain.events import EventKind
 from nbtrain.runtime import context
 from nbtrain.runtime.ckptfiles import LATEST, MANIFEST, sha256_file, step_name
 
-__all__ = ["checkpoint_root", "checkpointing", "committed_checkpoints", "restore", "save_checkpoint", "verify_checkpoint"]
+__all__ = ["checkpoint_root", "checkpointing", "commit_copy", "committed_checkpoints", "local_sources", "restore", "save_checkpoint",
+           "verify_checkpoint"]
 
 ENV_CHECKPOINT_DIR = "NBTRAIN_CHECKPOINT_DIR"
 ENV_RESUME_FROM = "NBTRAIN_RESUME_FROM"
@@ -140,31 +141,59 @@ def save_checkpoint(accelerator: Any, step: int, **extra: Any) -> Path | str | N
     final = root / step_name(step)
     if rank == 0:
         _fault("mid-files", step, rank)
-        files = {p.relative_to(staging).as_posix(): sha256_file(p) for p in sorted(staging.rglob("*")) if p.is_file()}
-        manifest = {"format": 1, "step": int(step), "time": time.time(), "attempt": attempt, "files": files,
-                    "world_size": int(getattr(accelerator, "num_processes", 1)), "extra": extra}
-        with open(staging / MANIFEST, "w", encoding="utf-8") as handle:
-            json.dump(manifest, handle, indent=2, sort_keys=True)
-            handle.flush()
-            os.fsync(handle.fileno())
-        _fsync_dir(staging)
-        if final.exists():  # the same step saved again after a restart: replace it
-            trash = root / f".old-{step:09d}-{os.getpid()}"
-            os.replace(final, trash)
-            shutil.rmtree(trash, ignore_errors=True)
-        os.replace(staging, final)
-        _fsync_dir(root)
-        _fault("before-latest", step, rank)
-        tmp = root / f".{LATEST}.tmp"
-        tmp.write_text(step_name(step) + "\n", encoding="utf-8")
-        os.replace(tmp, root / LATEST)
-        _fsync_dir(root)
-        _prune(root, keep=int(os.environ.get(ENV_KEEP, "3") or 3))
-        size = sum((final / rel).stat().st_size for rel in files)
-        if ctx is not None:
-            ctx.emit(EventKind.CHECKPOINT, step=int(step), path=str(final), bytes=size, files=len(files))
+        _commit(root, staging, step, attempt=attempt, world_size=int(getattr(accelerator, "num_processes", 1)),
+                extra=extra)
     _barrier(accelerator)
     return final if rank == 0 else None
+
+
+def _commit(root: Path, staging: Path, step: int, *, attempt: int, world_size: int, extra: dict[str, Any]) -> Path:
+    """Rank 0: make the complete ``staging`` directory the checkpoint of ``step`` (manifest, rename, ``latest``)."""
+    ctx = context.current()
+    final = root / step_name(step)
+    files = {p.relative_to(staging).as_posix(): sha256_file(p) for p in sorted(staging.rglob("*")) if p.is_file()}
+    manifest = {"format": 1, "step": int(step), "time": time.time(), "attempt": attempt, "files": files,
+                "world_size": world_size, "extra": extra}
+    with open(staging / MANIFEST, "w", encoding="utf-8") as handle:
+        json.dump(manifest, handle, indent=2, sort_keys=True)
+        handle.flush()
+        os.fsync(handle.fileno())
+    _fsync_dir(staging)
+    if final.exists():  # the same step saved again after a restart: replace it
+        trash = root / f".old-{step:09d}-{os.getpid()}"
+        os.replace(final, trash)
+        shutil.rmtree(trash, ignore_errors=True)
+    os.replace(staging, final)
+    _fsync_dir(root)
+    _fault("before-latest", step, 0)
+    tmp = root / f".{LATEST}.tmp"
+    tmp.write_text(step_name(step) + "\n", encoding="utf-8")
+    os.replace(tmp, root / LATEST)
+    _fsync_dir(root)
+    _prune(root, keep=int(os.environ.get(ENV_KEEP, "3") or 3))
+    size = sum((final / rel).stat().st_size for rel in files)
+    if ctx is not None:
+        ctx.emit(EventKind.CHECKPOINT, step=int(step), path=str(final), bytes=size, files=len(files))
+    return final
+
+
+def commit_copy(source: Path, step: int, *, world_size: int, extra: dict[str, Any]) -> Path:
+    """Rank 0 only: commit a copy of the finished directory ``source`` (another library's checkpoint, e.g. a
+    ``transformers.Trainer`` ``checkpoint-N``) as this run's checkpoint of ``step``, with the same guarantees as
+    :func:`save_checkpoint` (staging, manifest, rename, ``latest`` last). A local checkpoint root only.
+
+    A copy, not links: the library may rewrite its files in place later (the same step saved after a restart).
+    """
+    ctx = context.current()
+    root = checkpoint_root()
+    attempt = ctx.attempt if ctx else 0
+    staging = root / f".staging-{step:09d}-a{attempt}"
+    root.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(staging, ignore_errors=True)
+    _fault("before-files", step, 0)
+    shutil.copytree(source, staging)
+    _fault("mid-files", step, 0)
+    return _commit(root, staging, step, attempt=attempt, world_size=world_size, extra=extra)
 
 
 def _save_remote(accelerator: Any, step: int, rank: int, attempt: int, extra: dict[str, Any]) -> str | None:
@@ -236,6 +265,12 @@ def committed_checkpoints(root: Path) -> list[Path]:
     if latest is None:
         return []
     return [root / step_name(s) for s in reversed(_steps(root)) if s <= latest]
+
+
+def local_sources() -> list[Path]:
+    """Where a restore looks, best first, local roots only: the run being resumed's, then this run's."""
+    sources = [os.environ.get(ENV_RESUME_FROM), os.environ.get(ENV_CHECKPOINT_DIR)]
+    return [_local(s) for s in dict.fromkeys(s for s in sources if s and not _remote(s))]
 
 
 def restore(accelerator: Any) -> int:

@@ -13,7 +13,7 @@ import os
 from typing import Any
 
 from nbtrain.events import EventKind
-from nbtrain.runtime import context, metrics, progress, stopping
+from nbtrain.runtime import context, hftrainer, metrics, progress, stopping, trackers
 
 
 def install() -> None:
@@ -22,6 +22,7 @@ def install() -> None:
     _patch_trackers()
     _patch_process_group_timeout()
     progress.wrap_collectives()
+    hftrainer.watch()
 
 
 def _patch_accelerator_log() -> None:
@@ -35,15 +36,18 @@ def _patch_accelerator_log() -> None:
     original = cls.log
 
     # Accelerate's own log() only runs on the main process; this wrapper runs on every rank so the
-    # monitor sees each rank's step (stragglers), then defers to Accelerate's trackers as usual.
+    # monitor sees each rank's step (stragglers), then defers to Accelerate's trackers as usual (nbtrain's own
+    # "mlflow" tracker among them skips what this recorded: trackers.quiet).
     @functools.wraps(original)
     def log(self: Any, values: dict[str, Any], step: int | None = None, log_kwargs: dict[str, Any] | None = None) -> Any:
         try:
             metrics.record(values, step)
         except (metrics.StepBudgetReached, stopping.StopAtStep):  # the last step's values still reach the trackers
-            original(self, values, step=step, log_kwargs=log_kwargs or {})
+            with trackers.quiet("log"):
+                original(self, values, step=step, log_kwargs=log_kwargs or {})
             raise
-        return original(self, values, step=step, log_kwargs=log_kwargs or {})
+        with trackers.quiet("log"):
+            return original(self, values, step=step, log_kwargs=log_kwargs or {})
 
     log._nbtrain = True  # type: ignore[attr-defined]
     cls.log = log
@@ -67,9 +71,11 @@ def flatten_params(config: Any, prefix: str = "") -> dict[str, str]:
 
 
 def _patch_trackers() -> None:
-    """``init_trackers(config=...)`` becomes the run's MLflow params; Accelerate's own MLflow tracker is not
-    started on the ranks (nbtrain's run already records ``accelerator.log``: a second MLflow run, made from a
-    rank that may not even reach the tracking server, would only split the record). Other trackers work as usual.
+    """``init_trackers(config=...)`` becomes the run's MLflow params, once, whatever trackers it starts; Accelerate's
+    own MLflow tracker is replaced on the ranks by nbtrain's (:mod:`nbtrain.runtime.trackers`), so
+    ``get_tracker("mlflow")`` logs params, metrics, artifacts and figures into nbtrain's MLflow run (a second MLflow
+    run, made from a rank that may not even reach the tracking server, would only split the record). Other
+    trackers (W&B, TensorBoard, ...) work as usual and receive the same config and ``accelerator.log`` values.
     With ``--no-tracking`` (:data:`context.ENV_TRACKED` "0") nbtrain records nothing, so the MLflow tracker stays.
     """
     try:
@@ -87,7 +93,8 @@ def _patch_trackers() -> None:
             ctx = context.current()
             if ctx is not None and ctx.rank == 0 and config:
                 ctx.emit(EventKind.PARAMS, project=str(project_name), values=flatten_params(config))
-            return original_init(self, project_name, config=config, init_kwargs=init_kwargs)
+            with trackers.quiet("config"):
+                return original_init(self, project_name, config=config, init_kwargs=init_kwargs)
 
         init_trackers._nbtrain = True  # type: ignore[attr-defined]
         cls.init_trackers = init_trackers
@@ -97,16 +104,18 @@ def _patch_trackers() -> None:
 
     @functools.wraps(original_filter)
     def filter_trackers(log_with: Any, logging_dir: Any = None) -> Any:
-        trackers = original_filter(log_with, logging_dir)
+        chosen = original_filter(log_with, logging_dir)
         if os.environ.get(context.ENV_TRACKED) == "0":  # --no-tracking: the user's own MLflow tracker is the record
-            return trackers
-        kept = [t for t in trackers if str(getattr(t, "name", t)).lower() != "mlflow"]
+            return chosen
+        kept = [t for t in chosen if str(getattr(t, "name", t)).lower() != "mlflow"]
         ctx = context.current()
-        if len(kept) != len(trackers) and ctx is not None and ctx.rank == 0:
-            ctx.emit(EventKind.NOTICE, message="Accelerator(log_with=...) asked for MLflow: nbtrain's MLflow run already "
-                     "records accelerator.log and init_trackers' config, so Accelerate's own MLflow tracker is not "
-                     "started on the ranks (the other trackers are)")
-        return kept
+        if len(kept) == len(chosen) or ctx is None:
+            return chosen
+        if ctx.rank == 0:
+            ctx.emit(EventKind.NOTICE, message="Accelerator(log_with=...) asked for MLflow: accelerator.get_tracker("
+                     "'mlflow') logs into nbtrain's MLflow run (params, metrics, artifacts, figures); Accelerate's own "
+                     "MLflow tracker is not started on the ranks (the other trackers are)")
+        return [trackers.make_tracker(), *kept]
 
     filter_trackers._nbtrain = True  # type: ignore[attr-defined]
     accelerator_module.filter_trackers = filter_trackers

@@ -41,6 +41,7 @@ from nbtrain.tracking.artifacts import new_run_params, new_run_tags, upload_arti
 from nbtrain.tracking.describe import config_params, dataset_tags, experiment_name, mlflow_key, worker_tags
 from nbtrain.tracking.ledger import Entry, Ledger, Pending, Point, stream_key
 from nbtrain.tracking.links import LEDGER_NAME, LOCK_NAME
+from nbtrain.tracking.userfiles import upload, user_file
 
 if TYPE_CHECKING:
     from nbtrain.reader import TrackedRun
@@ -394,6 +395,8 @@ class TrackingForwarder:
                 entry.tags = dataset_tags(event.data)
             elif event.kind is EventKind.PARAMS and event.rank == 0:
                 self._params.update(config_params(event.data.get("values") or {}))
+            elif (file := user_file(event, self._dir)) is not None:
+                entry.files.append(file)
             self._pending.add(entry)
 
     def _log_pending(self) -> None:
@@ -410,6 +413,8 @@ class TrackingForwarder:
         for points, tags, entries in self._pending.chunks():
             if points or tags:
                 self._sink.log(self._ledger.mlflow_run_id, points, tags=tags)
+            for file in (f for entry in entries for f in entry.files):
+                upload(self._sink, self._ledger.mlflow_run_id, file)
             self._ledger.commit(entries)
             changed = True
             if time.monotonic() - saved >= self.SAVE_S:

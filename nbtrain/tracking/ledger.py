@@ -58,6 +58,7 @@ class Entry:
     points: list[Point] = field(default_factory=list)
     tags: dict[str, str] = field(default_factory=dict)
     marks: int | None = None  # the attempt whose nbtrain.attempt point is among ``points``
+    files: list[Any] = field(default_factory=list)  # uploaded before the mark moves (tracking.userfiles.UserFile)
 
 
 @dataclass
@@ -132,7 +133,7 @@ class Pending:
     def add(self, entry: Entry) -> None:
         """Append one handled event."""
         self.entries.append(entry)
-        if entry.points or entry.tags:
+        if entry.points or entry.tags or entry.files:
             self.points += len(entry.points)
             if self.since is None:
                 self.since = time.monotonic()

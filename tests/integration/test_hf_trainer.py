@@ -1,0 +1,85 @@
+"""A Hugging Face ``Trainer`` in a 1x2 cell, unchanged: its logs are nbtrain metrics, its arguments MLflow params of
+nbtrain's one MLflow run (``report_to="mlflow"`` opens no second one), and a rank killed after the first checkpoint
+is restarted (``--max-restarts 1``) and the Trainer goes on from that checkpoint.
+
+The model is a tiny BERT built from its config (no download); the data is made in the cell.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+pytest.importorskip("transformers")
+
+DEFINITIONS = '''
+import os, signal
+import torch
+from transformers import BertConfig, BertForSequenceClassification, TrainerCallback
+
+class Tokens(torch.utils.data.Dataset):
+    """64 sequences of 8 token ids; the label is the parity of the first token."""
+    def __len__(self):
+        return 64
+    def __getitem__(self, i):
+        ids = torch.randint(0, 50, (8,), generator=torch.Generator().manual_seed(i))
+        return {"input_ids": ids, "attention_mask": torch.ones(8, dtype=torch.long), "labels": int(ids[0]) % 2}
+
+class KillRankZeroOnce(TrainerCallback):
+    """Kills rank 0 at step 6 of the first attempt: after the checkpoint of step 4, before the log of step 6."""
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == 6 and os.environ.get("NBTRAIN_ATTEMPT") == "0" and os.environ.get("RANK") == "0":
+            os.kill(os.getpid(), signal.SIGKILL)
+'''
+
+CELL = '''%%distributed --nodes 1 --gpus 2 --name hf-trainer --out run --max-restarts 1
+from transformers import Trainer, TrainingArguments
+config = BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=37, vocab_size=50,
+                    max_position_embeddings=16, num_labels=2)
+args = TrainingArguments(output_dir="hf-out", max_steps=10, per_device_train_batch_size=4, logging_steps=2,
+                         save_steps=4, learning_rate=1e-3, report_to="mlflow", disable_tqdm=True, seed=0)
+trainer = Trainer(model=BertForSequenceClassification(config), args=args, train_dataset=Tokens(),
+                  callbacks=[KillRankZeroOnce()])
+trainer.train()
+'''
+
+
+@pytest.fixture
+def sqlite_tracking(home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    for name in [k for k in os.environ if k.startswith("MLFLOW_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("NBTRAIN_TRACKING", "1")  # after `home`, which turns tracking off for other tests
+    monkeypatch.chdir(tmp_path)
+    return f"sqlite:///{tmp_path / 'mlflow.db'}"
+
+
+def test_trainer_logs_params_one_mlflow_run_and_restart_from_its_checkpoint(sqlite_tracking: str, shell: Any,
+                                                                            run_cell: Any) -> None:
+    from mlflow import MlflowClient
+
+    run_cell(DEFINITIONS)
+    run_cell(CELL)
+    run = shell.user_ns["run"]
+    assert run.wait(timeout=300, progress=False).value == "succeeded", run.summary()
+    snap = run.snapshot()
+    assert snap.attempt == 1  # rank 0 was killed once and the gang restarted
+    # the Trainer's logs are nbtrain metrics at its global step: steps 2 and 4 from the first attempt, then the
+    # restarted Trainer goes on from the checkpoint of step 4 (no step logged twice, none from 0 again)
+    loss_steps = [int(step) for step, _ in run.metrics()["loss"]]
+    assert loss_steps == [2, 4, 6, 8, 10]
+    assert snap.total == 10  # max_steps drives the progress bar
+    assert any("the Trainer resumes from the checkpoint of step 4" in n for n in snap.notices), snap.notices
+    client = MlflowClient(tracking_uri=sqlite_tracking)
+    runs = [r for e in client.search_experiments() for r in client.search_runs([e.experiment_id])]
+    assert [r.info.run_id for r in runs] == [run.record.tracking_run_id]  # report_to="mlflow" opened no second run
+    [mlflow_run] = runs
+    assert mlflow_run.data.params["learning_rate"] == "0.001"
+    assert mlflow_run.data.params["max_steps"] == "10" and mlflow_run.data.params["hidden_size"] == "32"
+    history = client.get_metric_history(mlflow_run.info.run_id, "loss")
+    assert sorted(p.step for p in history) == [2, 4, 6, 8, 10]
+    assert any("transformers' MLflowCallback is not used" in n for n in snap.notices)
