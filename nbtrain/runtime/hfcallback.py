@@ -40,7 +40,7 @@ def attach(trainer: Any) -> None:
     trainer.add_callback(NbtrainCallback())
 
 
-class NbtrainCallback(TrainerCallback):  # type: ignore[misc]  # transformers is untyped here
+class NbtrainCallback(TrainerCallback):
     """The Trainer's logs, arguments, progress and checkpoints, reported to nbtrain."""
 
     def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:

@@ -124,7 +124,7 @@ def _tracker_class() -> Any:
 
     from nbtrain.runtime import hooks, metrics
 
-    class RunTracker(GeneralTracker):  # type: ignore[misc]  # accelerate is untyped
+    class RunTracker(GeneralTracker):
         """``accelerator.get_tracker("mlflow")`` inside an nbtrain run (see the module docstring)."""
 
         name = "mlflow"

@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from nbtrain.filelock import FileLock
 from nbtrain.model import is_terminal
@@ -37,6 +38,9 @@ from nbtrain.store import RunRecord, Store, write_json_atomic
 from nbtrain.tracking.ledger import Ledger
 from nbtrain.tracking.links import LEDGER_NAME
 from nbtrain.tracking.starter import AGENT_LOCK, AGENT_STATE, finalized
+
+if TYPE_CHECKING:
+    from nbtrain.tracking.plugins import PluginForwarder
 
 __all__ = ["OpenRun", "main"]
 
@@ -119,6 +123,8 @@ def follow(store: Store, run_id: str, *, open_run: OpenRun, tracking_uri: str | 
             opened.append(run)
             forwarder = TrackingForwarder(run, tracking_uri=tracking_uri, experiment=experiment)
             run.subscribe(forwarder.on_batch, lines=False, watch=False)  # fed by the loop below, on this thread
+            for plugin in start_plugins(run, experiment, log):  # the tracker plug-ins get the same record
+                run.subscribe(plugin.on_batch, lines=False, watch=False)
             log(f"following attempt {run.snapshot(refresh=False).attempt}")
             try:
                 while True:
@@ -149,6 +155,21 @@ def follow(store: Store, run_id: str, *, open_run: OpenRun, tracking_uri: str | 
     finally:
         for followed in opened:
             followed.release(10.0)
+
+
+def start_plugins(run: FollowedRun, experiment: str | None, log: _Log) -> list[PluginForwarder]:
+    """A forwarder for every enabled tracker plug-in (:mod:`nbtrain.tracking.plugins`); problems are logged."""
+    from nbtrain.tracking.plugins import PluginForwarder, enabled_plugins
+
+    try:
+        classes = enabled_plugins()
+    except Exception as error:  # noqa: BLE001 - a bad NBTRAIN_TRACKERS or plug-in must not stop MLflow
+        log(f"tracker plug-ins not started: {error}")
+        run.notice(f"tracker plug-ins not started: {error}")
+        return []
+    if classes:
+        log(f"tracker plug-ins: {', '.join(classes)}")
+    return [PluginForwarder(run, name, cls(), experiment=experiment or "") for name, cls in classes.items()]
 
 
 #: What rank 0 writes once its training is under way (or over): the gang's start-up is behind it.
