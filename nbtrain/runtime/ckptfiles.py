@@ -9,10 +9,12 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-__all__ = ["LATEST", "MANIFEST", "sha256_file", "step_name"]
+__all__ = ["LATEST", "MANIFEST", "TRAINER_KIND", "sha256_file", "step_name"]
 
 MANIFEST = "manifest.json"
 LATEST = "latest"
+#: the manifest's ``extra["kind"]`` of a checkpoint committed from a ``transformers.Trainer`` checkpoint directory
+TRAINER_KIND = "transformers.Trainer"
 
 
 def step_name(step: int) -> str:

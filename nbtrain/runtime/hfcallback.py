@@ -16,8 +16,8 @@ from transformers import TrainerCallback
 from nbtrain.events import EventKind
 from nbtrain.runtime import context, metrics
 from nbtrain.runtime.checkpoint import checkpointing, commit_copy
-from nbtrain.runtime.hftrainer import KIND
-from nbtrain.runtime.hooks import flatten_params
+from nbtrain.runtime.ckptfiles import TRAINER_KIND
+from nbtrain.runtime.params import flatten_params
 
 __all__ = ["NbtrainCallback", "attach"]
 
@@ -77,7 +77,7 @@ class NbtrainCallback(TrainerCallback):
             return
         try:
             commit_copy(source, int(state.global_step), world_size=ctx.world_size,
-                        extra={"kind": KIND, "source": str(source)})
+                        extra={"kind": TRAINER_KIND, "source": str(source)})
         except RuntimeError as error:  # a remote --checkpoint-dir: the Trainer's own checkpoint stays the only one
             ctx.emit(EventKind.NOTICE, message=f"the Trainer's checkpoint {source} was not committed to nbtrain's "
                                                f"checkpoints: {error}")

@@ -29,10 +29,9 @@ from typing import Any
 from nbtrain.events import EventKind
 from nbtrain.runtime import context
 
-__all__ = ["KIND", "TRAINER_MODULE", "latest_trainer_checkpoint", "patch", "watch"]
+__all__ = ["TRAINER_MODULE", "latest_trainer_checkpoint", "patch", "watch"]
 
 TRAINER_MODULE = "transformers.trainer"
-KIND = "transformers.Trainer"  # the manifest's extra["kind"] of a checkpoint committed from a Trainer's
 
 
 class _PatchOnImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
@@ -113,7 +112,7 @@ def latest_trainer_checkpoint() -> Path | None:
     Corrupted ones (files that do not match their manifest) are skipped with a notice, as :func:`restore` does.
     """
     from nbtrain.runtime.checkpoint import committed_checkpoints, local_sources, verify_checkpoint
-    from nbtrain.runtime.ckptfiles import MANIFEST
+    from nbtrain.runtime.ckptfiles import MANIFEST, TRAINER_KIND
 
     ctx = context.current()
     for source in local_sources():
@@ -125,7 +124,7 @@ def latest_trainer_checkpoint() -> Path | None:
                                                        "previous one")
                 continue
             manifest = json.loads((directory / MANIFEST).read_text(encoding="utf-8"))
-            if (manifest.get("extra") or {}).get("kind") != KIND:
+            if (manifest.get("extra") or {}).get("kind") != TRAINER_KIND:
                 continue
             if ctx is not None and ctx.rank == 0:
                 ctx.emit(EventKind.NOTICE, message=f"attempt {ctx.attempt}: the Trainer resumes from the checkpoint "

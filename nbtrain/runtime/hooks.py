@@ -14,6 +14,7 @@ from typing import Any
 
 from nbtrain.events import EventKind
 from nbtrain.runtime import context, hftrainer, metrics, progress, stopping, trackers
+from nbtrain.runtime.params import flatten_params
 
 
 def install() -> None:
@@ -51,23 +52,6 @@ def _patch_accelerator_log() -> None:
 
     log._nbtrain = True  # type: ignore[attr-defined]
     cls.log = log
-
-
-MAX_PARAM_CHARS = 500  # MLflow's limit on a param value
-
-
-def flatten_params(config: Any, prefix: str = "") -> dict[str, str]:
-    """``init_trackers``' config as flat ``{"optimizer.lr": "0.1"}`` strings (nested mappings joined with dots)."""
-    out: dict[str, str] = {}
-    if not isinstance(config, dict):
-        config = getattr(config, "__dict__", None) or {}
-    for key, value in config.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict):
-            out.update(flatten_params(value, f"{name}."))
-        else:
-            out[name] = str(value)[:MAX_PARAM_CHARS]
-    return out
 
 
 def _patch_trackers() -> None:

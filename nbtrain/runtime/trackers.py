@@ -122,7 +122,8 @@ def _tracker_class() -> Any:
 
     from accelerate.tracking import GeneralTracker
 
-    from nbtrain.runtime import hooks, metrics
+    from nbtrain.runtime import metrics
+    from nbtrain.runtime.params import flatten_params
 
     class RunTracker(GeneralTracker):
         """``accelerator.get_tracker("mlflow")`` inside an nbtrain run (see the module docstring)."""
@@ -141,7 +142,7 @@ def _tracker_class() -> Any:
         def store_init_configuration(self, values: dict[str, Any]) -> None:
             ctx = context.current()
             if ctx is not None and not inside("config") and values:
-                ctx.emit(EventKind.PARAMS, project="get_tracker('mlflow')", values=hooks.flatten_params(values))
+                ctx.emit(EventKind.PARAMS, project="get_tracker('mlflow')", values=flatten_params(values))
 
         def log(self, values: dict[str, Any], step: int | None = None, **kwargs: Any) -> None:
             if not inside("log"):
