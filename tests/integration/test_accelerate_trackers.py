@@ -37,6 +37,7 @@ if accelerator.is_main_process:
     figure, axes = plt.subplots()
     axes.plot([3, 2, 1])
     tracker.log_figure(figure, "plots/curve.png")
+accelerator.wait_for_everyone()
 accelerator.end_training()
 '''
 
