@@ -5,11 +5,8 @@ What W&B and TensorBoard wrote is read back from their local files with their ow
 
 from __future__ import annotations
 
-import json
 import os
 import re
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -69,11 +66,10 @@ def _wandb_runs(root: Path) -> dict[str, Path]:
 
 def test_every_tracker_holds_what_the_monitor_shows(trackers_env: str, shell: Any, run_cell: Any, tmp_path: Path,
                                                    home: Path) -> None:
+    import wandbfile  # tests/support
+    from agentfiles import await_json
     from mlflow import MlflowClient
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    sys.path.insert(0, str(Path(__file__).parents[1] / "support"))
-    import wandbfile
 
     run_cell(CELL)
     run = shell.user_ns["run"]
@@ -82,9 +78,10 @@ def test_every_tracker_holds_what_the_monitor_shows(trackers_env: str, shell: An
     assert shown == [(0, 1.0), (1, 0.5), (2, 1.0 / 3)]
 
     # MLflow: one run, nbtrain's, with the config, the artifact and the figure logged through get_tracker("mlflow")
+    ledger = await_json(home / "runs" / run.id / "tracking.json", "finalized", {"attempt": 0, "state": "succeeded"})
     client = MlflowClient(tracking_uri=trackers_env)
     runs = [r for e in client.search_experiments() for r in client.search_runs([e.experiment_id])]
-    assert [r.info.run_id for r in runs] == [run.record.tracking_run_id]
+    assert [r.info.run_id for r in runs] == [ledger["mlflow_run_id"]]
     mlflow_id = runs[0].info.run_id
     assert runs[0].data.params["lr"] == "0.1"
     notes = Path(client.download_artifacts(mlflow_id, "extra/notes.txt", str(tmp_path / "dl")))
@@ -101,11 +98,7 @@ def test_every_tracker_holds_what_the_monitor_shows(trackers_env: str, shell: An
     # W&B: Accelerate's tracker on rank 0, and nbtrain's W&B plug-in in the tracking agent (waited for: it finishes
     # the W&B run once the run is terminal)
     plugin_id = re.sub(r"[^A-Za-z0-9_-]", "-", run.id)
-    marks = home / "runs" / run.id / "tracking-wandb.json"
-    deadline = time.monotonic() + 90
-    while (json.loads(marks.read_text()).get("finished") if marks.is_file() else None) != [0, "succeeded"]:
-        assert time.monotonic() < deadline, (home / "runs" / run.id / "tracking-agent.log").read_text()
-        time.sleep(0.5)
+    await_json(home / "runs" / run.id / "tracking-wandb.json", "finished", [0, "succeeded"])
     found = _wandb_runs(tmp_path / "wb")
     assert len(found) == 2, found
     for run_dir in found.values():

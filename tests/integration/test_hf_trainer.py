@@ -59,7 +59,8 @@ def sqlite_tracking(home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
 
 
 def test_trainer_logs_params_one_mlflow_run_and_restart_from_its_checkpoint(sqlite_tracking: str, shell: Any,
-                                                                            run_cell: Any) -> None:
+                                                                            run_cell: Any, home: Path) -> None:
+    from agentfiles import await_json  # tests/support
     from mlflow import MlflowClient
 
     run_cell(DEFINITIONS)
@@ -74,9 +75,10 @@ def test_trainer_logs_params_one_mlflow_run_and_restart_from_its_checkpoint(sqli
     assert loss_steps == [2, 4, 6, 8, 10]
     assert snap.total == 10  # max_steps drives the progress bar
     assert any("the Trainer resumes from the checkpoint of step 4" in n for n in snap.notices), snap.notices
+    ledger = await_json(home / "runs" / run.id / "tracking.json", "finalized", {"attempt": 1, "state": "succeeded"})
     client = MlflowClient(tracking_uri=sqlite_tracking)
     runs = [r for e in client.search_experiments() for r in client.search_runs([e.experiment_id])]
-    assert [r.info.run_id for r in runs] == [run.record.tracking_run_id]  # report_to="mlflow" opened no second run
+    assert [r.info.run_id for r in runs] == [ledger["mlflow_run_id"]]  # report_to="mlflow" opened no second run
     [mlflow_run] = runs
     assert mlflow_run.data.params["learning_rate"] == "0.001"
     assert mlflow_run.data.params["max_steps"] == "10" and mlflow_run.data.params["hidden_size"] == "32"
