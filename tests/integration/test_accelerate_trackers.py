@@ -61,7 +61,7 @@ def trackers_env(home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
 
 
 def _wandb_runs(root: Path) -> dict[str, Path]:
-    return {p.name.rsplit("-", 1)[1]: p for p in (root / "wandb").glob("offline-run-*")}
+    return {p.name.split("-", 3)[3]: p for p in (root / "wandb").glob("offline-run-*")}  # offline-run-DATE_TIME-ID
 
 
 def test_every_tracker_holds_what_the_monitor_shows(trackers_env: str, shell: Any, run_cell: Any, tmp_path: Path,
