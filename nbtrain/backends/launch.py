@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nbtrain.backends.hang import effective_stall_after
+from nbtrain.gang.files import AttemptLayout
 from nbtrain.runtime.rankenv import rank_env
 from nbtrain.spec import JobSpec, MixedPrecision, Strategy
 
@@ -104,10 +105,10 @@ def launcher_env(spec: JobSpec, *, run_id: str, attempt: int, checkpoint_dir: st
                  node_rank: int | None = None, devices: Mapping[str, str] = {}, omp_threads: int = 1) -> dict[str, str]:
     """The environment of one node's launcher for ``spec`` (:func:`nbtrain.runtime.rankenv.rank_env` with the
     spec's values): events, logs and the result in ``attempt_dir`` (None: the ranks do not see the store)."""
+    files = None if attempt_dir is None else AttemptLayout(attempt_dir)
     return rank_env(
         run_id=run_id, attempt=attempt, collective_timeout_s=spec.collective_timeout_s, tracked=spec.tracking,
         stall_s=effective_stall_after(spec.stall_after_s, spec.hang_timeout_s), checkpoint_dir=checkpoint_dir,
         keep_checkpoints=spec.keep_checkpoints, user_env=spec.env, device_env=devices, node_rank=node_rank,
-        events_dir=None if attempt_dir is None else str(attempt_dir / "events"),
-        logs_dir=None if attempt_dir is None else str(attempt_dir / "logs"),
-        result_path=None if attempt_dir is None else str(attempt_dir / "result.pkl"), omp_threads=omp_threads)
+        events_dir=None if files is None else str(files.events), logs_dir=None if files is None else str(files.logs),
+        result_path=None if files is None else str(files.result), omp_threads=omp_threads)

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nbtrain.backends.local import procs
+from nbtrain.gang import procs
 from nbtrain.runtime import watchdog
 from nbtrain.store import write_json_atomic
 from nbtrain.warm import marker, protocol

@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nbtrain.backends.local import procs
 from nbtrain.errors import BackendError, NbtrainError
 from nbtrain.filelock import locked
+from nbtrain.gang import procs
 from nbtrain.runtime import watchdog
 from nbtrain.store import Store, write_json_atomic
 from nbtrain.warm import key as gang_key

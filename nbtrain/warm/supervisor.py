@@ -1,9 +1,8 @@
 """The supervisor of a warm attempt: ``python -m nbtrain.warm.supervisor ATTEMPT_DIR``.
 
-The local supervisor's rules and verdicts (:class:`nbtrain.backends.local.supervisor.Supervisor`, the shared
-:func:`nbtrain.backends.verdict.decide`), with the gang forked by the warm gang's agents instead of started by
-``accelerate launch``: one generation per attempt, its store held by the agent of node 0. Each node is seen
-as a launcher that ends when the node's ranks have ended (their exit codes from the agent, so a killed rank is
+The gang engine (:mod:`nbtrain.gang.engine`: the shared rules, verdicts and restarts) with :class:`WarmGang` as
+its driver: the gang is forked by the warm gang's agents instead of started by ``accelerate launch``: one
+generation per attempt, its store held by the agent of node 0. Each node is seen as a launcher that ends when the node's ranks have ended (their exit codes from the agent, so a killed rank is
 named with its signal). Whatever the verdict, the generation is ended when the attempt is (its ranks' sessions
 killed: nothing a run started survives it) and the gang is released for the next run. Both happen before the
 verdict is written: whoever sees the run end (``run.wait()`` returning) may submit the next warm cell at once and
@@ -21,15 +20,17 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from nbtrain.backends.local.supervisor import RULES, Supervisor, next_attempt, supervise
+from nbtrain.backends.local.supervisor import next_attempt
 from nbtrain.backends.verdict import Decision, Observation
-from nbtrain.events import EventKind
+from nbtrain.gang.driver import RULES, DriverDefaults
+from nbtrain.gang.engine import Engine, supervise
+from nbtrain.gang.files import AttemptLayout
 from nbtrain.model import Failure, RunState
 from nbtrain.runtime import stopping, watchdog
 from nbtrain.warm import protocol, registry
 from nbtrain.warm.recycle import recycle_reason
 
-__all__ = ["WarmSupervisor", "main", "run_attempts"]
+__all__ = ["WarmGang", "main", "run_attempts"]
 
 END_GRACE_S = 3.0
 #: On the first rank error, how long to collect concurrent errors before ending the other ranks (issue 15: ~1 s;
@@ -69,16 +70,16 @@ class _Node:
         return bad[0] if bad else 0
 
 
-class WarmSupervisor(Supervisor):
-    """See the module docstring."""
+class WarmGang(DriverDefaults):
+    """The generation's ranks, forked by the warm gang's agents; see the module docstring."""
 
     rules = replace(RULES, failure_settle_s=FAILURE_SETTLE_S)
 
-    def __init__(self, attempt_dir: Path) -> None:
-        super().__init__(attempt_dir)
-        self.gang_dir = Path(self.plan["warm"]["gang_dir"])
+    def __init__(self, engine: Engine) -> None:
+        super().__init__(engine)
+        self.gang_dir = Path(engine.plan["warm"]["gang_dir"])
         self.generation = 0
-        self.nodes: list[_Node] = []
+        self.nodes_: list[_Node] = []
         self.leaked = 0  # processes the ranks left in their sessions (the post-run check)
         self.ended: set[int] = set()  # ranks still running when the generation was ended (by nbtrain)
         self.failure: Failure | None = None
@@ -99,63 +100,63 @@ class WarmSupervisor(Supervisor):
                                f"{answer.get('error')}")
         return answer
 
-    def _notice(self, text: str) -> None:
-        self.out.emit(EventKind.NOTICE, message=text)
-
-    def _start(self) -> None:
-        tmp = self._prepare()
-        for notice in registry.note_supervisor(self.gang_dir, self.run_id, self.identity):
-            self._notice(notice)
-        registry.wait_ready(self.gang_dir, progress=self._notice)
+    def start(self, tmp: Path) -> None:
+        """A new generation: the agent of node 0 holds its store; each node's agent forks the node's ranks."""
+        engine = self.engine
+        for notice in registry.note_supervisor(self.gang_dir, engine.run_id, engine.identity):
+            engine.notice(notice)
+        registry.wait_ready(self.gang_dir, progress=engine.notice)
         self.generation = registry.next_generation(self.gang_dir)
         address = "127.0.0.1"
         store = self._call(0, {"op": "store", "generation": self.generation, "host": address,
-                               "supervisor": self.identity})
+                               "supervisor": engine.identity})
         self.store_address = f"{address}:{store['port']}"
         gang = registry.read_json(self.gang_dir / "gang.json")
-        self.out.emit(EventKind.NOTICE, message=f"warm gang {self.gang_dir.name}: generation {self.generation} "
-                                                f"(gang started {time.time() - float(gang.get('created', 0)):.0f} s "
-                                                "ago; ranks forked from its agents)",
+        engine.notice(f"warm gang {self.gang_dir.name}: generation {self.generation} (gang started "
+                      f"{time.time() - float(gang.get('created', 0)):.0f} s ago; ranks forked from its agents)",
                       warm={"gang": self.gang_dir.name, "generation": self.generation})
-        for launcher in self.plan["launchers"]:
+        for launcher in engine.plan["launchers"]:
             env = dict(os.environ)
             env.update(launcher["env"])
             env["TMPDIR"] = str(tmp)
             env.pop("NBTRAIN_SUPERVISOR_OF", None)
             env.pop(registry.MARKER, None)
-            env[watchdog.ENV_SUPERVISOR] = self.identity  # ranks end themselves if this supervisor dies
+            env[watchdog.ENV_SUPERVISOR] = engine.identity  # ranks end themselves if this supervisor dies
             env[stopping.ENV_COOPERATIVE_STOP] = self.store_address
             node = int(launcher["node"])
             answer = self._call(node, {
                 "op": "fork", "generation": self.generation, "argv": launcher["argv"], "env": env,
-                "cwd": launcher["cwd"], "ranks": launcher["ranks"], "bundle_dir": self.plan["bundle_dir"],
-                "run_id": self.run_id, "store": {"addr": address, "port": store["port"]},
+                "cwd": launcher["cwd"], "ranks": launcher["ranks"], "bundle_dir": engine.plan["bundle_dir"],
+                "run_id": engine.run_id, "store": {"addr": address, "port": store["port"]},
             })
             agent = registry.read_json(self.gang_dir / f"node-{node}.json")
-            self.nodes.append(_Node(int(agent.get("pid", 0)), [int(r) for r in launcher["ranks"]]))
+            self.nodes_.append(_Node(int(agent.get("pid", 0)), [int(r) for r in launcher["ranks"]]))
             for rank, pid in answer["pids"].items():
-                self.pids.setdefault(int(rank), int(pid))
-        self.launchers.extend(self.nodes)  # type: ignore[arg-type]
+                engine.facts.pids.setdefault(int(rank), int(pid))
 
-    def _ingest(self) -> None:
-        for node, handle in enumerate(self.nodes):
+    def nodes(self) -> list[tuple[int, int | None]]:
+        """Each node's agent pid, and the node's exit code once all its ranks ended (from the agent)."""
+        return [(node.pid, node.poll()) for node in self.nodes_]
+
+    def refresh(self) -> None:
+        """The ranks' exit codes, from their agents (an unreachable agent: its ranks are gone, PDEATHSIG)."""
+        for node, handle in enumerate(self.nodes_):
             try:
                 exits = self._call(node, {"op": "poll", "generation": self.generation}, timeout=5.0)["exits"]
             except (protocol.AgentUnreachable, RuntimeError):
                 exits = {str(r): -9 for r in handle.ranks}  # the agent is gone: so are its ranks (PDEATHSIG)
             for rank, code in exits.items():
                 handle.exits[int(rank)] = None if code is None else int(code)
-        super()._ingest()
-        for rank, (seen, code) in list(self.vanished.items()):
-            if code is None:
-                owner = next((h for h in self.nodes if rank in h.exits), None)
-                known = owner.exits.get(rank) if owner is not None else None
-                if known is not None:
-                    self.vanished[rank] = (seen, known)
 
-    def _end_gang(self) -> int:
+    def exit_code(self, rank: int) -> int | None:
+        """A vanished rank's exit code as its agent saw it (a killed rank is named with its signal)."""
+        owner = next((h for h in self.nodes_ if rank in h.exits), None)
+        return owner.exits.get(rank) if owner is not None else None
+
+    def end(self) -> int:
+        """End the generation on every node (a missed Stop: SIGKILL at once); note what the ranks left behind."""
         killed = 0
-        for node in range(len(self.nodes)):
+        for node in range(len(self.nodes_)):
             try:
                 grace = 0.0 if self.stop_missed else END_GRACE_S  # a missed Stop: SIGKILL at once
                 answer = self._call(node, {"op": "end", "generation": self.generation, "grace_s": grace},
@@ -165,7 +166,7 @@ class WarmSupervisor(Supervisor):
             killed += int(answer["killed"])
             self.leaked += int(answer.get("leaked") or 0)
             self.ended.update(int(r) for r in answer.get("ended") or ())
-        for handle in self.nodes:
+        for handle in self.nodes_:
             for rank, code in handle.exits.items():
                 if code is None:
                     handle.exits[rank] = -15
@@ -175,17 +176,18 @@ class WarmSupervisor(Supervisor):
         """End the generation and, unless the run restarts on this gang, release the gang (each once)."""
         why = None
         if not self.generation_ended and self.generation:
-            self._end_gang()  # also after a clean finish: children the ranks left behind, the store holder
+            self.end()  # also after a clean finish: children the ranks left behind, the store holder
             why = self._recycled()
         self.generation_ended = True
-        if self.will_retry or self.released:
+        if self.engine.will_retry or self.released:
             return
         self.released = True
-        registry.release(self.gang_dir, self.run_id, recycled=why, generation=self.generation)
+        registry.release(self.gang_dir, self.engine.run_id, recycled=why, generation=self.generation)
 
     def _recycled(self) -> str | None:
         """Say why this generation's ranks were recycled, if they were (a notice the monitor's header reads)."""
-        state = self.state if self.state.terminal else RunState.FAILED  # no verdict: the supervisor failed
+        engine = self.engine
+        state = engine.state if engine.state.terminal else RunState.FAILED  # no verdict: the supervisor failed
         cancel = (f"cancelled: no step boundary within the Stop's {self.stop_grace_s:g} s grace, ranks killed"
                   if self.stop_missed else "")
         why = recycle_reason(state, self.failure, leaked=self.leaked, cancel=cancel,
@@ -193,9 +195,9 @@ class WarmSupervisor(Supervisor):
         if why is not None:
             collateral = self._collateral()
             also = (f" (collateral: rank{'s' if len(collateral) > 1 else ''} {', '.join(map(str, collateral))}, "
-                    "ended by that failure)") if collateral and self.state is RunState.FAILED else ""
-            self.out.emit(EventKind.NOTICE, message=f"warm gang {self.gang_dir.name}: generation {self.generation} "
-                                                    f"recycled: {why}{also}; the next run's ranks are new processes",
+                    "ended by that failure)") if collateral and engine.state is RunState.FAILED else ""
+            engine.notice(f"warm gang {self.gang_dir.name}: generation {self.generation} recycled: {why}{also}; the "
+                          "next run's ranks are new processes",
                           warm={"gang": self.gang_dir.name, "generation": self.generation, "recycled": why,
                                 "collateral": collateral})
         return why
@@ -206,16 +208,15 @@ class WarmSupervisor(Supervisor):
         from nbtrain.backends import triage
 
         collateral, independent = set(self.ended), set[int]()
-        for rank, event in self.errors.items():
+        for rank, event in self.engine.facts.errors.items():
             seen = triage.Candidate(rank=rank, time=event.time, exc_type=event.data.get("exc_type"),
                                     message=event.data.get("message"))
             (collateral if triage.is_collateral(seen) else independent).add(rank)
         return sorted(collateral - independent - {self.failure.rank if self.failure else None})
 
     # -- a cooperative Stop ---------------------------------------------------------------------------
-    def _observe(self, now: float) -> Observation:
+    def observe(self, seen: Observation) -> Observation:
         """A cancel first asks the ranks to stop at a step boundary; it counts as a cancel only after the grace."""
-        seen = super()._observe(now)
         if not seen.cancel_requested or self.stop_missed or not self.store_address or self.stop_grace_s <= 0:
             return seen
         if self.stop_asked is None:
@@ -226,7 +227,7 @@ class WarmSupervisor(Supervisor):
         if time.monotonic() - self.stop_asked < self.stop_grace_s and not seen.rank_failed:
             return replace(seen, cancel_requested=False)  # every rank done in time: rule 1 ends it, cleanly
         self.stop_missed = True
-        self._notice(f"Stop: no step boundary within {self.stop_grace_s:g} s; the ranks are killed")
+        self.engine.notice(f"Stop: no step boundary within {self.stop_grace_s:g} s; the ranks are killed")
         return seen
 
     def _ask_stop(self) -> bool:
@@ -240,42 +241,42 @@ class WarmSupervisor(Supervisor):
             TCPStore(host, int(port), is_master=False, wait_for_workers=False,
                      timeout=timedelta(seconds=5)).set(stopping.STOP_KEY, "1")
         except Exception as error:  # noqa: BLE001 - no cooperative Stop: the ranks are killed at once
-            self._notice(f"Stop: could not ask the ranks to stop at a step boundary ({error}); killing them")
+            self.engine.notice(f"Stop: could not ask the ranks to stop at a step boundary ({error}); killing them")
             return False
-        self._notice(f"Stop: asking the ranks to stop at their next step boundary (killed after "
-                     f"{self.stop_grace_s:g} s)")
+        self.engine.notice(f"Stop: asking the ranks to stop at their next step boundary (killed after "
+                           f"{self.stop_grace_s:g} s)")
         return True
 
     def _stopped_at(self) -> int | None:
         """The step every rank stopped at after a cooperative Stop; None when the run was not stopped that way."""
-        if self.stop_asked is None or self.stop_missed or len(self.done) < self.world:
+        facts = self.engine.facts
+        if self.stop_asked is None or self.stop_missed or len(facts.done) < self.engine.world:
             return None
-        steps = [self.final[r].data.get("step") for r in self.final]
+        steps = [facts.final[r].data.get("step") for r in facts.final]
         known = [int(s) for s in steps if s is not None]
         return max(known) if known else -1
 
-    def _conclude(self, decision: Decision) -> None:
+    def conclude(self, decision: Decision) -> bool:
+        """A run every rank ended after a cooperative Stop is CANCELLED, at the step they stopped at."""
         stopped = self._stopped_at()
-        if decision.verdict is RunState.SUCCEEDED and stopped is not None:
-            self.cancel_requested = True  # no restart
-            self._finish(RunState.CANCELLED, f"stopped at step {stopped}" if stopped >= 0 else
-                         "stopped: every rank ended its code after the Stop")
-            return
-        super()._conclude(decision)
+        if decision.verdict is not RunState.SUCCEEDED or stopped is None:
+            return False
+        self.engine.cancel_requested = True  # no restart
+        self.engine.finish(RunState.CANCELLED, f"stopped at step {stopped}" if stopped >= 0 else
+                           "stopped: every rank ended its code after the Stop")
+        return True
 
-    def _finish(self, state: RunState, reason: str = "", failure: Failure | None = None) -> None:
+    def before_verdict(self, state: RunState, reason: str, failure: Failure | None) -> tuple[str, Failure | None]:
+        """The gang is released before the verdict is written (see the module docstring)."""
         # The verdict is what run.wait() returns on, and the gang's claim lives while this process does: the gang
         # is released first, or a cell submitted right after wait() returns would be refused as busy.
-        self.state = state
         self.failure = failure
         self._hand_back()
-        super()._finish(state, reason, failure)
+        return reason, failure
 
-    def run(self) -> RunState:
-        try:
-            return super().run()
-        finally:
-            self._hand_back()  # no verdict was written (an error before one): the gang is still released
+    def close(self) -> None:
+        """No verdict was written (an error before one): the gang is still released."""
+        self._hand_back()
 
 
 def _next_attempt(plan: dict[str, Any]) -> Path:
@@ -283,16 +284,16 @@ def _next_attempt(plan: dict[str, Any]) -> Path:
     from nbtrain.store import read_json, write_json_atomic
 
     attempt_dir = next_attempt(plan)
-    written = read_json(attempt_dir / "plan.json")
+    written = read_json(AttemptLayout(attempt_dir).plan)
     written["warm"] = plan["warm"]
-    write_json_atomic(attempt_dir / "plan.json", written)
+    write_json_atomic(AttemptLayout(attempt_dir).plan, written)
     return attempt_dir
 
 
 def run_attempts(attempt_dir: Path) -> int:
     """Supervise the attempts of a warm run from ``attempt_dir``; the exit code (0: it succeeded)."""
     try:
-        supervise(attempt_dir, make=WarmSupervisor, advance=_next_attempt)
+        supervise(attempt_dir, WarmGang, _next_attempt)
     except SystemExit as done:
         return done.code if isinstance(done.code, int) else 1
     return 0

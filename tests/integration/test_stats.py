@@ -24,7 +24,7 @@ DAY = 86400.0
 
 
 def _status(store: Store, run_id: str, attempt: int, state: str, started: float, ended: float) -> None:
-    """status.json as the local supervisor writes it (supervisor.Supervisor._write_status)."""
+    """status.json as the local supervisor writes it (nbtrain.gang.engine.Engine.write_status)."""
     failure = Failure(reason="the training code raised", rank=0).to_dict() if state == "failed" else None
     write_json_atomic(store.attempt_dir(run_id, attempt) / "status.json", {
         "state": state, "attempt": attempt, "started": started, "ended": ended, "failure": failure,

@@ -136,7 +136,7 @@ def test_local_ranks_inherit_the_kernels_environment() -> None:
 
     assert "env = dict(os.environ)" in inspect.getsource(backend.LocalBackend._start_supervisor)
     assert "env = dict(os.environ)" in inspect.getsource(supervisor)
-    assert "env = dict(os.environ)" in inspect.getsource(warm_supervisor.WarmSupervisor._start)  # --warm ranks
+    assert "env = dict(os.environ)" in inspect.getsource(warm_supervisor.WarmGang.start)  # --warm ranks
 
 
 def _stored_run(home: Path, env: dict[str, str]) -> str:

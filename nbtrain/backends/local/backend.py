@@ -6,7 +6,6 @@ Nodes are simulated by one ``accelerate launch`` per node on loopback (``--machi
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
 import signal
@@ -17,31 +16,26 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from nbtrain.backends.accelerate_config import (
-    CONFIG_NAME,
-    accelerate_config,
-    from_team_file,
-    read_team_config,
-    render,
-    strategy_refusal,
-    team_notice,
-)
+from nbtrain.backends.accelerate_config import CONFIG_NAME
 from nbtrain.backends.base import Capabilities, Plan, RunHandle, StoreBackedBackend
 from nbtrain.backends.launch import LaunchTarget, accelerate_argv, device_env, launcher_env
-from nbtrain.backends.local import procs
+from nbtrain.backends.launchfacts import accelerate_available as _accelerate_available
+from nbtrain.backends.launchfacts import accelerate_missing, launch_facts, refuse_strategy
 from nbtrain.backends.local.gpus import GpuInventory, detect_gpus
 from nbtrain.backends.local.ports import free_port
-from nbtrain.backends.local.supervisor import _pid_gone
 from nbtrain.backends.statusfile import read_status as _read_status
 from nbtrain.backends.statusfile import status_from
 from nbtrain.backends.storecursor import attempt_numbers
 from nbtrain.errors import BackendError, EnvironmentProblem, SpecError
 from nbtrain.events import EventKind, EventWriter
+from nbtrain.gang import procs
+from nbtrain.gang.files import AttemptLayout, request_cancel, write_attempt_files
+from nbtrain.gang.procs import pid_gone
 from nbtrain.model import Failure, RunState, RunStatus
 from nbtrain.runtime import watchdog
 from nbtrain.spec import Device, JobSpec, Strategy
 from nbtrain.storage.checkpoints import run_checkpoint_root
-from nbtrain.store import Store, private_dir, write_json_atomic
+from nbtrain.store import Store, write_json_atomic
 
 __all__ = ["LocalBackend"]
 
@@ -55,13 +49,6 @@ def _reap() -> None:
     for child in list(_children):
         if child.poll() is not None:
             _children.remove(child)
-
-
-def _accelerate_available(python: str) -> bool:
-    if python == sys.executable:  # not realpath: a venv's python is a symlink with other packages
-        return importlib.util.find_spec("accelerate") is not None
-    probe = "import importlib.util,sys; sys.exit(importlib.util.find_spec('accelerate') is None)"
-    return subprocess.run([python, "-c", probe], capture_output=True, timeout=30).returncode == 0
 
 
 class LocalBackend(StoreBackedBackend):
@@ -99,21 +86,64 @@ class LocalBackend(StoreBackedBackend):
         asked for but absent or too few, or no port is free.
         """
         if not _accelerate_available(self.python):
-            raise EnvironmentProblem(
-                f"accelerate is not installed for {self.python}; install it with "
-                f"`{self.python} -m pip install accelerate` (or set NBTRAIN_PYTHON to an interpreter that has it)."
-            )
-        notices: list[str] = []
+            raise accelerate_missing(self.python)
         inventory = self.gpus
         use_gpu = spec.device is Device.GPU or (spec.device is Device.AUTO and inventory.count > 0)
+        self._refuse(spec, use_gpu, inventory)
+        port = free_port()
+        no_gpu = (f"no GPU used: running {spec.nodes} node(s) x {spec.procs} CPU process(es) over gloo"
+                  + (" (--device cpu)" if spec.device is Device.CPU else " (no GPU found on this machine)"))
+        facts = launch_facts(spec, use_gpu=use_gpu, main_port=port,
+                             no_gpu_notice=no_gpu if spec.procs_per_node > 0 else None)
+        attempt_dir = self.store.attempt_dir(run_id, attempt)
+        config_path = attempt_dir / CONFIG_NAME
+        launchers = self._launchers(spec, run_id, attempt, bundle_dir, use_gpu=use_gpu, port=port)
+        wanted = spec.nodes * spec.procs
+        describe = "\n".join(
+            [f"device:    {'GPU ' + ','.join(inventory.ids[:wanted]) if use_gpu else 'CPU (gloo)'}",
+             f"rendezvous: 127.0.0.1:{port}"]
+            + [f"node {x['node']} (ranks {x['ranks'][0]}-{x['ranks'][-1]}): " + " ".join(x["argv"]) for x in launchers]
+            + [f"accelerate config ({config_path}):", *("  " + line for line in facts.config_text.splitlines())]
+            + list(facts.team_lines)
+        )
+        notices = list(facts.notices)
+        request: dict[str, Any] = {
+            "run_id": run_id,
+            "attempt": attempt,
+            "world_size": spec.world_size,
+            "use_gpu": use_gpu,
+            "port": port,
+            "launchers": launchers,
+            "events_dir": str(AttemptLayout(attempt_dir).events),
+            "logs_dir": str(AttemptLayout(attempt_dir).logs),
+            "tmp_dir": str(AttemptLayout(attempt_dir).tmp),
+            "attempt_dir": str(attempt_dir),
+            "timeout_s": spec.timeout_s,
+            "stall_after_s": spec.stall_after_s,
+            "hang_timeout_s": spec.hang_timeout_s,
+            "restart_budget": attempt + spec.max_restarts if restart_budget is None else restart_budget,
+            "store_root": str(self.store.root),
+            "accelerate_config": {"path": str(config_path), "text": facts.config_text},
+            "bundle_dir": bundle_dir,
+            "bundle_digest": bundle_digest,
+            "notices": notices,
+            "describe": describe,
+        }
+        if spec.warm:
+            request["warm"] = {"ttl_s": spec.warm_ttl_s}
+            request["describe"] += ("\nwarm:      ranks forked from a warm gang of this shape (started if none; idle "
+                                    f"TTL {spec.warm_ttl_s:g} s); each node runs the command above's settings")
+        return Plan(self.name, run_id, spec, bundle_digest, bundle_dir, request, tuple(notices), attempt)
+
+    def _refuse(self, spec: JobSpec, use_gpu: bool, inventory: GpuInventory) -> None:
+        """What this machine cannot run: GPUs absent or too few, the strategy on this device, warm shapes a warm gang
+        does not reproduce, CPU gangs far above the core count (EnvironmentProblem/SpecError naming the fix)."""
         if use_gpu and inventory.count == 0:
             raise EnvironmentProblem(
                 "--device gpu: this machine has no visible GPU (nvidia-smi found none); "
                 "use --device cpu, or --backend kubernetes to run on a GPU cluster."
             )
-        refusal = strategy_refusal(spec, use_gpu)
-        if refusal is not None:
-            raise SpecError(refusal)
+        refuse_strategy(spec, use_gpu)
         if spec.warm and spec.strategy is Strategy.DEEPSPEED:
             raise SpecError("--warm --strategy deepspeed: DeepSpeed starts its ranks through its own launcher, which "
                             "a warm gang does not reproduce yet; drop --warm (a cold run) or use --strategy ddp/fsdp.")
@@ -137,70 +167,26 @@ class LocalBackend(StoreBackedBackend):
                 f"machine's {cores} CPU core(s) (more than {OVERSUBSCRIBE_FACTOR} per core); lower --nodes/--gpus, use "
                 "--backend kubernetes, or pass --oversubscribe to start them anyway."
             )
-        if not use_gpu and spec.procs_per_node > 0:
-            notices.append(
-                f"no GPU used: running {spec.nodes} node(s) x {spec.procs} CPU process(es) over gloo"
-                + (" (--device cpu)" if spec.device is Device.CPU else " (no GPU found on this machine)")
-            )
-        port = free_port()
+
+    def _launchers(self, spec: JobSpec, run_id: str, attempt: int, bundle_dir: str, *, use_gpu: bool,
+                   port: int) -> list[dict[str, Any]]:
+        """One ``accelerate launch`` per node: its argv, environment (its GPUs), directory and ranks."""
         attempt_dir = self.store.attempt_dir(run_id, attempt)
-        events_dir = attempt_dir / "events"
-        logs_dir = attempt_dir / "logs"
         target = LaunchTarget("nbtrain.runtime.worker", (bundle_dir,))
         threads = max(1, (os.cpu_count() or 1) // max(1, spec.world_size))
-        config_path = attempt_dir / CONFIG_NAME
-        team = read_team_config(spec.accelerate_config) if spec.accelerate_config else None
-        config, source = accelerate_config(spec, use_gpu=use_gpu, main_address="127.0.0.1", main_port=port, team=team)
-        config_text = render(config)
-        if team is not None:
-            notices.append(team_notice(str(spec.accelerate_config), source))
         launchers: list[dict[str, Any]] = []
         for node in range(spec.nodes):
-            ids = inventory.ids[node * spec.procs : (node + 1) * spec.procs] if use_gpu else ()
+            ids = self.gpus.ids[node * spec.procs : (node + 1) * spec.procs] if use_gpu else ()
             env = launcher_env(spec, run_id=run_id, attempt=attempt, checkpoint_dir=self.checkpoint_root(spec, run_id),
                                attempt_dir=attempt_dir, node_rank=node, devices=device_env(use_gpu, tuple(ids)),
                                omp_threads=threads)
             argv = accelerate_argv(
                 spec, python=self.python, use_gpu=use_gpu, node_rank=node,
-                main_address="127.0.0.1", main_port=port, target=target, config_file=str(config_path),
+                main_address="127.0.0.1", main_port=port, target=target, config_file=str(attempt_dir / CONFIG_NAME),
             )
             ranks = list(range(node * spec.procs, (node + 1) * spec.procs))
             launchers.append({"node": node, "argv": argv, "env": env, "cwd": os.getcwd(), "ranks": ranks, "gpus": list(ids)})
-        describe = "\n".join(
-            [f"device:    {'GPU ' + ','.join(inventory.ids[:wanted]) if use_gpu else 'CPU (gloo)'}",
-             f"rendezvous: 127.0.0.1:{port}"]
-            + [f"node {x['node']} (ranks {x['ranks'][0]}-{x['ranks'][-1]}): " + " ".join(x["argv"]) for x in launchers]
-            + [f"accelerate config ({config_path}):", *("  " + line for line in config_text.splitlines())]
-            + ([f"  from your file {spec.accelerate_config}: {', '.join(from_team_file(source)) or 'nothing'}"]
-               if team is not None else [])
-        )
-        request: dict[str, Any] = {
-            "run_id": run_id,
-            "attempt": attempt,
-            "world_size": spec.world_size,
-            "use_gpu": use_gpu,
-            "port": port,
-            "launchers": launchers,
-            "events_dir": str(events_dir),
-            "logs_dir": str(logs_dir),
-            "tmp_dir": str(attempt_dir / "tmp"),
-            "attempt_dir": str(attempt_dir),
-            "timeout_s": spec.timeout_s,
-            "stall_after_s": spec.stall_after_s,
-            "hang_timeout_s": spec.hang_timeout_s,
-            "restart_budget": attempt + spec.max_restarts if restart_budget is None else restart_budget,
-            "store_root": str(self.store.root),
-            "accelerate_config": {"path": str(config_path), "text": config_text},
-            "bundle_dir": bundle_dir,
-            "bundle_digest": bundle_digest,
-            "notices": notices,
-            "describe": describe,
-        }
-        if spec.warm:
-            request["warm"] = {"ttl_s": spec.warm_ttl_s}
-            request["describe"] += ("\nwarm:      ranks forked from a warm gang of this shape (started if none; idle "
-                                    f"TTL {spec.warm_ttl_s:g} s); each node runs the command above's settings")
-        return Plan(self.name, run_id, spec, bundle_digest, bundle_dir, request, tuple(notices), attempt)
+        return launchers
 
     def plan_restart(self, spec: JobSpec, bundle_dir: str, bundle_digest: str, run_id: str, *, attempt: int,
                      restart_budget: int, previous: Any = None) -> Plan:
@@ -251,10 +237,10 @@ class LocalBackend(StoreBackedBackend):
 
             # a ready gang's agent of node 0 forks the supervisor: no interpreter start on the way to the ranks
             pid = registry.fork_supervisor(Path(request["warm"]["gang_dir"]), attempt_dir, env=env, cwd=os.getcwd(),
-                                           log=attempt_dir / "supervisor.log")
+                                           log=AttemptLayout(attempt_dir).supervisor_log)
             if pid:
                 return RunHandle(self.name, plan.run_id, {"attempt": plan.request["attempt"], "supervisor_pid": pid})
-        with open(os.open(attempt_dir / "supervisor.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab") as log:
+        with open(os.open(AttemptLayout(attempt_dir).supervisor_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab") as log:
             try:
                 child = subprocess.Popen(
                     [self.python, "-m", module, str(attempt_dir)],
@@ -281,11 +267,11 @@ class LocalBackend(StoreBackedBackend):
         if not attempts:
             return RunStatus(RunState.PENDING, attempt=handle.attempt)
         attempt = attempts[-1]
-        path = self.store.attempt_dir(handle.run_id, attempt) / "status.json"
+        path = AttemptLayout(self.store.attempt_dir(handle.run_id, attempt)).status
         data = _read_status(path)
         if data is None:
             pid = int(handle.data.get("supervisor_pid") or 0)
-            if attempt == handle.attempt and pid and _pid_gone(pid)[0] and _read_status(path) is None:
+            if attempt == handle.attempt and pid and pid_gone(pid)[0] and _read_status(path) is None:
                 return self._orphaned(handle.run_id, path, {"supervisor_pid": pid, "attempt": attempt})
             return RunStatus(RunState.STARTING, attempt=attempt)
         if not data.get("retrying") and not RunState(data["state"]).terminal and not _supervisor_alive(data):
@@ -343,8 +329,8 @@ class LocalBackend(StoreBackedBackend):
         """
         status = self.status(handle)
         attempt_dir = self.store.attempt_dir(handle.run_id, status.attempt)
-        os.close(os.open(attempt_dir / "cancel.request", os.O_WRONLY | os.O_CREAT, 0o600))
-        data = _read_status(attempt_dir / "status.json") or {}
+        request_cancel(attempt_dir)
+        data = _read_status(AttemptLayout(attempt_dir).status) or {}
         pid = int(data.get("supervisor_pid") or 0)
         if pid and _supervisor_alive(data):
             try:
@@ -363,23 +349,13 @@ class LocalBackend(StoreBackedBackend):
             time.sleep(0.05)
 
 
-def write_attempt_files(request: Mapping[str, Any]) -> Path:
-    """Write what an attempt's supervisor and launchers read: plan.json and the generated Accelerate config."""
-    attempt_dir = private_dir(Path(request["attempt_dir"]))  # the store is private (nbtrain.store)
-    config = request["accelerate_config"]
-    with open(os.open(config["path"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w", encoding="utf-8") as handle:
-        handle.write(config["text"])
-    write_json_atomic(attempt_dir / "plan.json", dict(request))
-    return attempt_dir
-
-
 def _supervisor_alive(data: dict[str, Any]) -> bool:
     """The supervisor that wrote ``data`` still runs (its pid and start time; a reused PID is not it)."""
     ident = data.get("supervisor")
     if isinstance(ident, str) and ident:
         return watchdog.alive(ident)
     pid = int(data.get("supervisor_pid") or 0)  # status written by an older nbtrain: pid only
-    return bool(pid) and not _pid_gone(pid)[0]
+    return bool(pid) and not pid_gone(pid)[0]
 
 
 def _disk_full(path: Path) -> bool:

@@ -26,7 +26,6 @@ environment (``NBTRAIN_PYTHON``, default: this interpreter).
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import os
 import signal
 import sys
@@ -35,17 +34,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from nbtrain.backends.accelerate_config import (
-    CONFIG_NAME,
-    accelerate_config,
-    read_team_config,
-    render,
-    strategy_refusal,
-    team_notice,
-)
+from nbtrain.backends.accelerate_config import CONFIG_NAME
 from nbtrain.backends.base import Capabilities, Plan, RunHandle, StoreBackedBackend
 from nbtrain.backends.launch import LaunchTarget, accelerate_argv, launcher_env
-from nbtrain.backends.local.backend import write_attempt_files
+from nbtrain.backends.launchfacts import launch_facts, refuse_strategy, require_accelerate
 from nbtrain.backends.slurm import cli
 from nbtrain.backends.slurm.jobstate import JobInfo, queued_detail, slurm_verdict
 from nbtrain.backends.slurm.restarts import Restart, RestartDecision, decide_restart, restart_note
@@ -54,9 +46,19 @@ from nbtrain.backends.statusfile import read_status as _read_status
 from nbtrain.backends.statusfile import status_from as _stored
 from nbtrain.backends.storecursor import attempt_numbers
 from nbtrain.doctor import Check
-from nbtrain.errors import BackendError, EnvironmentProblem, SpecError
+from nbtrain.errors import BackendError, EnvironmentProblem
 from nbtrain.events import EventKind, EventWriter
 from nbtrain.filelock import try_locked
+from nbtrain.gang.facts import attempt_checkpointed
+from nbtrain.gang.files import (
+    CANCEL_REQUEST,
+    PLAN,
+    STATUS,
+    SUPERVISOR_LOG,
+    AttemptLayout,
+    request_cancel,
+    write_attempt_files,
+)
 from nbtrain.model import Failure, RunState, RunStatus
 from nbtrain.runtime import context as rt
 from nbtrain.spec import Device, JobSpec
@@ -141,32 +143,23 @@ class SlurmBackend(StoreBackedBackend):
         cwd = cwd or os.getcwd()
         if check:
             cli.require_client("sbatch")
-            if importlib.util.find_spec("accelerate") is None and self.python == sys.executable:
-                raise EnvironmentProblem(f"accelerate is not installed for {self.python}; install it with "
-                                         f"`{self.python} -m pip install accelerate` (on the shared filesystem).")
-        notices: list[str] = []
+            require_accelerate(self.python, where="on the shared filesystem", probe_others=False)
         if use_gpu is None:
             use_gpu = spec.device is Device.GPU or (spec.device is Device.AUTO and check
                                                    and cli.partition_has_gpus(spec.partition))
-        refusal = strategy_refusal(spec, use_gpu)
-        if refusal is not None:
-            raise SpecError(refusal)
-        if not use_gpu:
-            notices.append(f"no GPU used: {spec.nodes} Slurm node(s) x {spec.procs} CPU process(es) over gloo"
-                           + (" (--device cpu)" if spec.device is Device.CPU else " (the partition declares no GPUs)"))
-        attempt_dir = self.store.attempt_dir(run_id, attempt)
-        events_dir, logs_dir = attempt_dir / "events", attempt_dir / "logs"
-        config_path = attempt_dir / CONFIG_NAME
-        team = read_team_config(spec.accelerate_config) if spec.accelerate_config else None
+        refuse_strategy(spec, use_gpu)
         # the address and port are the launchers' flags (known once the job runs), which win over the config's
-        config, source = accelerate_config(spec, use_gpu=use_gpu, main_address="127.0.0.1", main_port=29500, team=team)
-        config_text = render(config)
-        if team is not None:
-            notices.append(team_notice(str(spec.accelerate_config), source))
+        facts = launch_facts(spec, use_gpu=use_gpu, main_port=29500, no_gpu_notice=(
+            f"no GPU used: {spec.nodes} Slurm node(s) x {spec.procs} CPU process(es) over gloo"
+            + (" (--device cpu)" if spec.device is Device.CPU else " (the partition declares no GPUs)")))
+        notices, config_text = list(facts.notices), facts.config_text
+        attempt_dir = self.store.attempt_dir(run_id, attempt)
+        files = AttemptLayout(attempt_dir)
+        config_path = attempt_dir / CONFIG_NAME
         env = launcher_env(spec, run_id=run_id, attempt=attempt, checkpoint_dir=self.checkpoint_root(spec, run_id),
                            attempt_dir=attempt_dir)
         options = sbatch_options(spec, use_gpu=use_gpu, job_name=f"nbtrain-{run_id}",
-                                 output=str(attempt_dir / "supervisor.log"), chdir=cwd)
+                                 output=str(files.supervisor_log), chdir=cwd)
         script = batch_script(options, python=self.python, attempt_dir=str(attempt_dir), run_id=run_id)
         if check:
             cli.test_only(options, script)
@@ -184,7 +177,7 @@ class SlurmBackend(StoreBackedBackend):
             "use_gpu": use_gpu, "spec": spec.to_dict(), "python": self.python, "cwd": cwd, "env": env,
             "launchers": [{"node": n, "ranks": list(range(n * spec.procs, (n + 1) * spec.procs))}
                           for n in range(spec.nodes)],
-            "events_dir": str(events_dir), "logs_dir": str(logs_dir), "tmp_dir": str(attempt_dir / "tmp"),
+            "events_dir": str(files.events), "logs_dir": str(files.logs), "tmp_dir": str(files.tmp),
             "attempt_dir": str(attempt_dir), "timeout_s": spec.timeout_s, "stall_after_s": spec.stall_after_s,
             "hang_timeout_s": spec.hang_timeout_s,
             "restart_budget": attempt + spec.max_restarts if restart_budget is None else restart_budget,
@@ -218,7 +211,7 @@ class SlurmBackend(StoreBackedBackend):
     def _job_id(self, handle: RunHandle, attempt: int) -> str:
         """The Slurm job of ``attempt`` ("" while none is known: its job is being submitted)."""
         root = self.store.attempt_dir(handle.run_id, attempt)
-        for name, key in ((SLURM_FILE, "job_id"), ("status.json", "slurm_job_id")):
+        for name, key in ((SLURM_FILE, "job_id"), (STATUS, "slurm_job_id")):
             try:
                 found = str(read_json(root / name)[key])
             except (OSError, ValueError, KeyError, TypeError):
@@ -234,7 +227,7 @@ class SlurmBackend(StoreBackedBackend):
             return RunStatus(RunState.PENDING, attempt=handle.attempt)
         attempt = attempts[-1]
         attempt_dir = self.store.attempt_dir(handle.run_id, attempt)
-        data = _read_status(attempt_dir / "status.json")
+        data = _read_status(attempt_dir / STATUS)
         found = _stored(data, attempt)
         if found is not None and data and data.get("retrying"):
             if self._follow_restart(handle, attempt):
@@ -252,7 +245,7 @@ class SlurmBackend(StoreBackedBackend):
         if job is not None and not job.ended:
             return found or RunStatus(RunState.STARTING, attempt, detail=f"Slurm job {job_id} {job.state.lower()}")
         # the job is over (or gone): the supervisor's verdict, or Slurm's
-        data = _read_status(attempt_dir / "status.json")
+        data = _read_status(attempt_dir / STATUS)
         found = _stored(data, attempt)
         if found is not None and found.state.terminal:
             return found
@@ -262,7 +255,7 @@ class SlurmBackend(StoreBackedBackend):
             if job is not None and not job.ended:
                 return self.status(handle)
         concluded = self._conclude(handle.run_id, attempt_dir, attempt, job_id, job, data)
-        if concluded.state is RunState.FAILED and (_read_status(attempt_dir / "status.json") or {}).get("retrying"):
+        if concluded.state is RunState.FAILED and (_read_status(attempt_dir / STATUS) or {}).get("retrying"):
             return self.status(handle)  # the restart in a new allocation is due: start it now
         return concluded
 
@@ -303,14 +296,14 @@ class SlurmBackend(StoreBackedBackend):
 
     def _restart_claimed(self, run_id: str, root: Path, attempt: int, job: JobInfo | None) -> bool:
         """Under the claim: the state read again, then the next attempt submitted, or the final verdict recorded."""
-        data = _read_status(root / "status.json") or {}
+        data = _read_status(root / STATUS) or {}
         if not data.get("retrying") or self.store.attempt_dir(run_id, attempt + 1).exists():
             return True
         failure = Failure.from_dict(data["failure"]) if data.get("failure") else Failure(reason="the attempt failed")
-        if (root / "cancel.request").exists():
+        if (root / CANCEL_REQUEST).exists():
             _final(root, attempt, RunState.CANCELLED, None, "cancelled by the user while restarting")
             return True
-        plan = read_json(root / "plan.json")
+        plan = read_json(root / PLAN)
         budget = int(plan.get("restart_budget", attempt))
         if data.get("restart") != Restart.NEW_ALLOCATION.value:
             # the supervisor meant a new step, but the allocation ended before it started one
@@ -342,18 +335,18 @@ class SlurmBackend(StoreBackedBackend):
                   data: dict[str, Any] | None) -> RunStatus:
         """Write the verdict of an attempt whose job ended without the supervisor's (once, by one reader)."""
         _kill_leftovers(job_id, run_id)
-        cancelled = (attempt_dir / "cancel.request").exists()
+        cancelled = (attempt_dir / CANCEL_REQUEST).exists()
         # nothing the batch script writes is here: the nodes do not see this host's store (NBTRAIN_HOME)
         unseen = job is not None and not any((attempt_dir / name).exists()
-                                             for name in ("supervisor.log", "supervisor.json", "status.json"))
+                                             for name in (SUPERVISOR_LOG, "supervisor.json", STATUS))
         state, failure = slurm_verdict(job, job_id, cancel_requested=cancelled,
-                                       supervisor_log=str(attempt_dir / "supervisor.log"),
+                                       supervisor_log=str(attempt_dir / SUPERVISOR_LOG),
                                        unshared_store=str(self.store.root) if unseen else None)
         decision = RestartDecision(Restart.NONE)
         note = ""
         if state is RunState.FAILED:
             try:
-                budget = int(read_json(attempt_dir / "plan.json").get("restart_budget", attempt))
+                budget = int(read_json(attempt_dir / PLAN).get("restart_budget", attempt))
             except (OSError, ValueError, AttributeError):
                 budget = attempt
             decision = decide_restart(job_state=job.state if job is not None else None, node_failed=None,
@@ -372,7 +365,7 @@ class SlurmBackend(StoreBackedBackend):
             fd = os.open(attempt_dir / "verdict.claim", os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
         except FileExistsError:
             for _ in range(50):  # another reader is writing the same verdict
-                written = _stored(_read_status(attempt_dir / "status.json"), attempt)
+                written = _stored(_read_status(attempt_dir / STATUS), attempt)
                 if written is not None and written.state.terminal:
                     return written
                 time.sleep(0.02)
@@ -387,7 +380,7 @@ class SlurmBackend(StoreBackedBackend):
                 reason = failure.summary() if failure else "cancelled by the user"
                 writer.emit(EventKind.STATE, state=state.value, reason=f"{reason}; {note}" if retrying else reason,
                             retrying=retrying)
-                write_json_atomic(attempt_dir / "status.json", verdict)
+                write_json_atomic(attempt_dir / STATUS, verdict)
             except OSError:
                 pass
         return RunStatus(state, attempt, started, ended, failure)
@@ -447,12 +440,10 @@ def _without_node(spec: JobSpec, node: object) -> JobSpec:
 
 def _request_cancel(attempt_dir: Path) -> None:
     attempt_dir.mkdir(parents=True, exist_ok=True)
-    os.close(os.open(attempt_dir / "cancel.request", os.O_WRONLY | os.O_CREAT, 0o600))
+    request_cancel(attempt_dir)
 
 
 def _checkpointed(attempt_dir: Path) -> bool:
-    from nbtrain.backends.slurm.supervisor import attempt_checkpointed
-
     return attempt_checkpointed(attempt_dir / "events")
 
 
@@ -462,8 +453,8 @@ def _final(root: Path, attempt: int, state: RunState, failure: Failure | None, r
     if failure is not None:
         out.emit(EventKind.FAILURE, **failure.to_dict())
     out.emit(EventKind.STATE, state=state.value, reason=reason)
-    data = _read_status(root / "status.json") or {"attempt": attempt}
-    write_json_atomic(root / "status.json", {**data, "state": state.value, "retrying": False, "restart": "none",
+    data = _read_status(root / STATUS) or {"attempt": attempt}
+    write_json_atomic(root / STATUS, {**data, "state": state.value, "retrying": False, "restart": "none",
                                              "failure": failure.to_dict() if failure else data.get("failure"),
                                              "ended": data.get("ended") or time.time(), "updated": time.time(),
                                              "detail": reason if state is RunState.CANCELLED else ""})

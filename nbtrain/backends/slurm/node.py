@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from nbtrain.backends.launch import LaunchTarget, accelerate_argv, device_env
+from nbtrain.gang.files import PLAN
 from nbtrain.runtime import context as rt
 from nbtrain.runtime import watchdog
 from nbtrain.spec import JobSpec
@@ -27,7 +28,7 @@ def main() -> None:
         sys.exit(2)
     attempt_dir, address, port = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
     os.umask(PRIVATE_UMASK)
-    plan = read_json(attempt_dir / "plan.json")
+    plan = read_json(attempt_dir / PLAN)
     node = int(os.environ.get("SLURM_NODEID", "0"))
     spec = JobSpec.from_dict(plan["spec"])
     env = dict(os.environ)

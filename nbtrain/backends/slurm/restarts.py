@@ -1,6 +1,6 @@
 """What a failed Slurm attempt does next under ``--max-restarts`` (pure: observations in, a decision out).
 
-Three answers (:class:`Restart`):
+Three answers (:class:`nbtrain.gang.restarts.Restart`, the placement the shared policy reads):
 
 - ``IN_PLACE``: a new ``srun`` step in the same allocation, started by the supervisor inside it. Only while the
   allocation is alive and whole: a rank failed (an exception, a crash, a killed process) and Slurm still runs the
@@ -29,20 +29,10 @@ of it the same way; the verdict says to ask for more and resume.
 
 from __future__ import annotations
 
-import enum
-from dataclasses import dataclass
-
 from nbtrain.backends.slurm.jobstate import SCRIPT_RAN
+from nbtrain.gang.restarts import Restart, RestartDecision
 
 __all__ = ["ALLOCATION_LOST", "Restart", "RestartDecision", "decide_restart", "restart_note"]
-
-
-class Restart(enum.Enum):
-    """How the next attempt runs (see the module docstring)."""
-
-    NONE = "none"
-    IN_PLACE = "in_place"
-    NEW_ALLOCATION = "new_allocation"
 
 
 # Slurm ended the allocation for a reason outside the training: a new one can succeed
@@ -52,14 +42,6 @@ _SCRIPT_ENDED = frozenset({"FAILED", "COMPLETED"})
 # alive: the supervisor can start another step in it
 _ALIVE = frozenset({"RUNNING", "CONFIGURING", "COMPLETING", "STAGE_OUT", "SIGNALING", "RESIZING", "STOPPED",
                     "SUSPENDED"})
-
-
-@dataclass(frozen=True)
-class RestartDecision:
-    """The decision and, for ``NONE`` with budget left, why no restart (a phrase for the verdict's reason)."""
-
-    restart: Restart
-    why_not: str = ""
 
 
 def decide_restart(*, job_state: str | None, node_failed: str | None, cancelled: bool, attempt: int,
