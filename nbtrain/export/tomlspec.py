@@ -25,7 +25,7 @@ from typing import Any
 from nbtrain.errors import SpecError
 from nbtrain.flags import TOML_TABLES, TomlError, spec_from_toml, spec_to_toml
 from nbtrain.spec import JobSpec
-from nbtrain.tomlfile import parse_toml
+from nbtrain.tomlfile import parse_toml, tomllib  # noqa: F401 - tomllib: the reader tests parse with
 
 from .parameters import KINDS, Parameter
 
