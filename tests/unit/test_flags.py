@@ -195,12 +195,12 @@ def test_typed_options_override_a_base_and_mappings_merge() -> None:
 def test_toml_round_trip() -> None:
     import tomli_w
 
-    from nbtrain.export.tomlspec import tomllib
+    from nbtrain.tomlfile import parse_toml
 
     data = flags.spec_to_toml(FULL)
     assert set(data) == set(flags.TOML_TABLES)
     assert data["job"]["gpus"] == 4 and data["tracking"]["enabled"] is False
-    assert flags.spec_from_toml(tomllib.loads(tomli_w.dumps(data))) == FULL
+    assert flags.spec_from_toml(parse_toml(tomli_w.dumps(data), "the round trip")) == FULL
     defaults = flags.spec_to_toml(JobSpec())
     assert "image" not in defaults["job"] and "env" not in defaults["job"]  # None and {}: left out (TOML has no null)
     assert defaults["kubernetes"] == {"flavor": "job", "gpu_resource": "nvidia.com/gpu"}
