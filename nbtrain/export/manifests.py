@@ -2,8 +2,8 @@
 
 The backend is the one place that turns a JobSpec into Kubernetes objects: its dry run,
 ``get_backend("kubernetes").plan(spec, bundle_dir, digest, run_id)``, carries them in
-``request["objects"]`` (written here as multi-document YAML, complete, for ``kubectl apply -f``), or
-else as text in ``request["describe"]``. This module only asks it, once per flavor, and says clearly
+``request.objects`` (written here as multi-document YAML, complete, for ``kubectl apply -f``), or
+else as text in ``request.describe``. This module only asks it, once per flavor, and says clearly
 why when it cannot.
 """
 
@@ -57,12 +57,12 @@ def manifest_yaml(spec: JobSpec, bundle: Bundle, flavor: str | None = None, *, b
     with tempfile.TemporaryDirectory(prefix="nbtrain-manifests-") as tmp:
         directory = bundle.write(Path(bundle_dir) if bundle_dir is not None else Path(tmp))
         plan = backend.plan(k8s_spec, str(directory), bundle.digest, spec.slug)  # type: ignore[attr-defined]
-    objects = plan.request.get("objects")
-    if isinstance(objects, list) and objects and all(isinstance(o, dict) for o in objects):
+    objects = getattr(plan.request, "objects", None)  # a KubernetesRequest's manifests, in the order applied
+    if isinstance(objects, tuple) and objects and all(isinstance(o, dict) for o in objects):
         import yaml
 
-        return str(yaml.safe_dump_all(objects, sort_keys=False, default_flow_style=False, width=120))
-    describe = plan.request.get("describe")
+        return str(yaml.safe_dump_all(list(objects), sort_keys=False, default_flow_style=False, width=120))
+    describe = getattr(plan.request, "describe", None)
     if not isinstance(describe, str):
         raise SpecError(f"the kubernetes backend's plan for flavor {chosen!r} has no YAML to show.")
     return describe

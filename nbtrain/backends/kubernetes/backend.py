@@ -14,18 +14,15 @@ machine). It is never in a plan, a printed or written manifest, a log or the bun
 
 from __future__ import annotations
 
-import base64
-import binascii
 import functools
 import threading
 import time
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from nbtrain.backends.accelerate_config import CONFIG_NAME, accelerate_config, render, strategy_refusal
+from nbtrain.backends.accelerate_config import accelerate_config, render, strategy_refusal
 from nbtrain.backends.base import Capabilities, Plan, RunHandle, StoreBackedBackend
 from nbtrain.backends.kubernetes import manifests as mf
 from nbtrain.backends.kubernetes import names as nm
@@ -33,21 +30,20 @@ from nbtrain.backends.kubernetes import trainjob as tj
 from nbtrain.backends.kubernetes.api import KubeApi, kubeconfig_namespace
 from nbtrain.backends.kubernetes.attempts import cancel_restart, follow, write_handle
 from nbtrain.backends.kubernetes.config import KubeOptions
-from nbtrain.backends.kubernetes.errors import KubeApiError, KubeSpecError
-from nbtrain.backends.kubernetes.files import KEY_FILE, AttemptFiles, write_private_text
+from nbtrain.backends.kubernetes.files import AttemptFiles, write_private_text
 from nbtrain.backends.kubernetes.leftovers import delete_leftover
-from nbtrain.backends.kubernetes.mirror import Mirror, Target
-from nbtrain.backends.kubernetes.override import read_pod_template
-from nbtrain.backends.kubernetes.payload import RUNTIME_PATH, build_payload
-from nbtrain.backends.kubernetes.pod import EVENT_KEY_FIELD, PodInputs, checkpoint_root, preflight_files
+from nbtrain.backends.kubernetes.mirror import Mirror
+from nbtrain.backends.kubernetes.planning import build_manifests, describe_plan, device_of, image_of
 from nbtrain.backends.kubernetes.podstate import parse_time
+from nbtrain.backends.kubernetes.request import KubernetesRequest
+from nbtrain.backends.kubernetes.submitting import apply_objects, check_local_queue, forget_key, read_event_key
+from nbtrain.backends.kubernetes.target import Target, target_of
 from nbtrain.backends.kubernetes.validate import check_spec
 from nbtrain.backends.storecursor import StoreCursor
 from nbtrain.errors import BackendError, NbtrainError, SpecError
-from nbtrain.events import decode_event_key, encode_event_key, new_event_key
+from nbtrain.events import new_event_key
 from nbtrain.model import Batch, Failure, RunState, RunStatus
-from nbtrain.runtime.shipping import runtime_files
-from nbtrain.spec import Device, JobSpec
+from nbtrain.spec import JobSpec
 from nbtrain.store import Store
 
 __all__ = ["KubernetesBackend", "stop_mirrors"]
@@ -107,26 +103,13 @@ class KubernetesBackend(StoreBackedBackend):
         Raises SpecError for what the cluster would refuse: no image, invalid names or quantities, a ``--volume``
         or ``--checkpoint-dir`` nbtrain cannot use, secret-looking ``--env`` values, a bundle over the ConfigMap
         limit. ``restart_budget``: the last attempt automatic restarts may reach (default ``attempt +
-        --max-restarts``).
+        --max-restarts``). The steps are :mod:`.planning`'s.
         """
         options = self.options
-        image = spec.image or options.image
-        if not image:
-            raise SpecError(
-                "--image: the kubernetes backend needs a container image with Python, torch and accelerate "
-                "(nbtrain itself is not needed); pass --image or set NBTRAIN_K8S_IMAGE."
-            )
+        image = image_of(spec, options)
         namespace = spec.namespace or options.namespace or kubeconfig_namespace(options) or "default"
         check_spec(spec, image=image, namespace=namespace)
-        if spec.device is Device.GPU and spec.procs_per_node == 0:
-            raise SpecError("--device gpu with --gpus 0: ask for at least one GPU per pod (--gpus 1).")
-        use_gpu = spec.procs_per_node > 0 and (
-            spec.device is Device.GPU or (spec.device is Device.AUTO and options.device == "gpu"))
-        notices: list[str] = []
-        if not use_gpu:
-            why = "--device cpu" if spec.device is Device.CPU else (
-                "--gpus 0" if spec.procs_per_node == 0 else "NBTRAIN_K8S_DEVICE=cpu")
-            notices.append(f"no GPU requested: {spec.nodes} pod(s) x {spec.procs} CPU process(es) over gloo ({why})")
+        use_gpu, notices = device_of(spec, options)
         if spec.queue:
             notices.append(f"queued through Kueue (queue {spec.queue}): the pods start when the whole gang is admitted")
         names = nm.object_names(run_id, flavor=spec.flavor, nodes=spec.nodes, attempt=attempt)
@@ -136,66 +119,20 @@ class KubernetesBackend(StoreBackedBackend):
         if refusal is not None:
             raise SpecError(refusal)
         config, _ = accelerate_config(spec, use_gpu=use_gpu, main_address=names.main_address, main_port=options.port)
-        config_text = render(config)
-        # the generated Accelerate config travels with the runtime: no config in the image changes the run
-        payload = build_payload(bundle_dir, {**runtime_files(), **preflight_files(),
-                                             CONFIG_NAME: config_text.encode("utf-8")}, configmap=names.configmap)
-        secret = mf.event_key_secret_name(names.base)
-        inputs = PodInputs(
-            run_id=run_id, attempt=attempt, image=image, use_gpu=use_gpu, flavor=spec.flavor,
-            main_address=names.main_address, configmap=names.configmap, payload=payload,
-            labels=mf.labels_for(run_id, attempt), options=options, event_key_secret=secret,
-            config_file=f"{RUNTIME_PATH}/{CONFIG_NAME}",
-            override=read_pod_template(spec.pod_template) if spec.pod_template else None,
+        built = build_manifests(spec, run_id=run_id, attempt=attempt, image=image, use_gpu=use_gpu, names=names,
+                                namespace=namespace, options=options, bundle_dir=bundle_dir,
+                                bundle_digest=bundle_digest, config_text=render(config))
+        request = KubernetesRequest(
+            run_id=run_id, attempt=attempt, namespace=namespace, context=options.context, flavor=spec.flavor,
+            kind=mf.WORKLOAD_KINDS[spec.flavor].kind, name=names.base, nodes=spec.nodes, procs=spec.procs,
+            world_size=spec.world_size, queue=spec.queue, timeout_s=spec.timeout_s,
+            ttl_s=None if spec.flavor == "trainjob" else options.ttl_s,  # a TrainJob's Job has its runtime's
+            restart_budget=attempt + spec.max_restarts if restart_budget is None else restart_budget,
+            use_gpu=use_gpu, objects=built.objects, event_key_secret=built.secret,
+            attempt_dir=str(self.store.attempt_dir(run_id, attempt)), notices=tuple(notices),
+            describe=describe_plan(spec, built, run_id=run_id, names=names, namespace=namespace, image=image,
+                                   options=options),
         )
-        objects = mf.build_objects(spec, names=names, namespace=namespace, inputs=inputs, bundle_digest=bundle_digest)
-        if payload.parts:  # a bundle too big for one ConfigMap: its parts, owned by the workload like the first
-            first = next(o for o in objects if o["kind"] == "ConfigMap")
-            objects += payload.part_configmaps(first)
-        workload = mf.WORKLOAD_KINDS[spec.flavor]
-        collectives = "NCCL" if spec.gpu_resource == "nvidia.com/gpu" else "the device's torch.distributed backend"
-        device = (f"GPU: {spec.gpu_resource} {spec.procs} per pod ({collectives})" if use_gpu else "CPU (gloo)")
-        describe = "\n".join([
-            f"cluster:   namespace {namespace}" + (f", context {options.context}" if options.context else ""),
-            f"workload:  {workload.kind} {names.base} ({spec.flavor}); image {image}",
-            f"device:    {device}",
-            f"rendezvous: {names.main_address}:{options.port}",
-            f"bundle:    ConfigMap {names.configmap}, {payload.size / 1024:.0f} KiB (bundle + nbtrain runtime)" if not
-            payload.parts else (f"bundle:    {len(payload.parts)} part ConfigMaps {payload.part_name(0)}.. "
-                                f"({sum(map(len, payload.parts)) / 2**20:.1f} MiB .tar.gz, sha256 "
-                                f"{payload.archive_sha256[:12]}…, checked and unpacked by each pod's preflight) and "
-                                f"ConfigMap {names.configmap}, {payload.size / 1024:.0f} KiB (nbtrain runtime)"),
-            f"events:    pod stdout lines tagged with a per-attempt key, made at submit, in Secret {secret}",
-            *([f"volumes:   {', '.join(spec.volumes)}; checkpoints in {checkpoint_root(spec, run_id)}"
-               + (f"; up to {spec.max_restarts} automatic restart(s), each a new {workload.kind}"
-                  if spec.max_restarts else "")] if spec.volumes else []),
-            *([f"pod template: {spec.pod_template}, merged into every pod (strategic merge):",
-               _indented(inputs.override.fragment)] if inputs.override is not None else []),
-            "manifests (applied in this order):",
-            mf.describe(objects),
-        ])
-        request: dict[str, Any] = {
-            "run_id": run_id,
-            "attempt": attempt,
-            "namespace": namespace,
-            "context": options.context,
-            "flavor": spec.flavor,
-            "kind": workload.kind,
-            "name": names.base,
-            "nodes": spec.nodes,
-            "procs": spec.procs,
-            "world_size": spec.world_size,
-            "queue": spec.queue,
-            "timeout_s": spec.timeout_s,
-            "ttl_s": None if spec.flavor == "trainjob" else options.ttl_s,  # a TrainJob's Job has its runtime's
-            "restart_budget": attempt + spec.max_restarts if restart_budget is None else restart_budget,
-            "use_gpu": use_gpu,
-            "objects": objects,
-            "event_key_secret": secret,
-            "attempt_dir": str(self.store.attempt_dir(run_id, attempt)),
-            "notices": notices,
-            "describe": describe,
-        }
         return Plan(self.name, run_id, spec, bundle_digest, bundle_dir, request, tuple(notices), attempt)
 
     def plan_restart(self, spec: JobSpec, bundle_dir: str, bundle_digest: str, run_id: str, *, attempt: int,
@@ -218,47 +155,21 @@ class KubernetesBackend(StoreBackedBackend):
         With ``--queue``, the Kueue LocalQueue must exist first (else the Job would wait, suspended, forever).
         """
         request = plan.request
-        api = self.api(request["context"])
-        namespace = request["namespace"]
-        objects: list[dict[str, Any]] = list(request["objects"])
-        root = Path(request["attempt_dir"])
-        if request.get("queue"):
-            _check_local_queue(api, str(request["queue"]), namespace)
+        if not isinstance(request, KubernetesRequest):
+            raise BackendError(f"the kubernetes backend cannot submit a plan of the {plan.backend} backend")
+        api = self.api(request.context)
+        root = Path(request.attempt_dir)
+        if request.queue:
+            check_local_queue(api, request.queue, request.namespace)
         key = None if dry_run else new_event_key()
         if key is not None:
             AttemptFiles(root).write_key(key)  # before any pod can exist: whoever follows the run finds it
         try:
-            created = api.create(objects[0], namespace, dry_run=dry_run)
+            owner, applied = apply_objects(api, request, key, dry_run=dry_run)
         except NbtrainError:
-            _forget_key(root, key)
+            forget_key(root, key)
             raise
-        owner = {**created, "apiVersion": objects[0]["apiVersion"], "kind": objects[0]["kind"]}
-        owner.setdefault("metadata", {}).setdefault("uid", "dry-run")
-        applied = [objects[0]]
-        try:
-            for obj in objects[1:]:
-                owned = mf.owned_by(obj, owner)
-                if owned["kind"] == "Secret":
-                    _create_secret(api, mf.with_event_key(owned, key) if key is not None else owned, namespace,
-                                   dry_run=dry_run, key=key)
-                else:
-                    api.create(owned, namespace, dry_run=dry_run)
-                applied.append(mf.redacted(owned))
-        except NbtrainError:
-            if not dry_run:
-                try:
-                    api.delete(request["kind"], request["name"], namespace)
-                except NbtrainError:
-                    pass  # the original error is the one to report
-                _forget_key(root, key)
-            raise
-        data = {k: request[k] for k in ("attempt", "namespace", "context", "flavor", "kind", "name", "nodes",
-                                         "procs", "world_size", "queue", "timeout_s", "notices")}
-        data["restart_budget"] = int(request.get("restart_budget", 0))
-        data["ttl_s"] = request.get("ttl_s")
-        data["uid"] = owner["metadata"].get("uid")
-        data["event_key_secret"] = request.get("event_key_secret")
-        handle = RunHandle(self.name, plan.run_id, data)
+        handle = RunHandle(self.name, plan.run_id, request.handle_data(owner["metadata"].get("uid")))
         if dry_run:
             return handle
         write_private_text(root / "manifests.yaml", yaml.safe_dump_all(applied, sort_keys=False))  # 0600, dirs 0700
@@ -272,40 +183,13 @@ class KubernetesBackend(StoreBackedBackend):
         Raises NbtrainError saying why when neither has it (a run submitted before event keys existed, or a
         Secret that went with its workload while no process followed the run).
         """
-        files = AttemptFiles(self._root(handle))
-        key = files.read_key()
-        if key is not None:
-            return key
-        name = handle.data.get("event_key_secret")
-        if not name:
-            raise NbtrainError(f"run {handle.run_id} was submitted without an event key (by an older nbtrain)")
-        namespace = str(handle.data["namespace"])
-        secret = _read_secret(self.api(handle.data.get("context")), str(name), namespace)
-        if secret is None:
-            raise NbtrainError(
-                f"{files.root / KEY_FILE} is missing and Secret {name} in namespace {namespace} no longer exists "
-                "(it is deleted with the workload)")
-        try:
-            key = decode_event_key(base64.b64decode((secret.get("data") or {}).get(EVENT_KEY_FIELD) or ""))
-        except (binascii.Error, ValueError):
-            key = None
-        if key is None:
-            raise NbtrainError(f"Secret {name} in namespace {namespace} has no valid {EVENT_KEY_FIELD!r}")
-        files.write_key(key)
-        return key
+        secret = handle.data.get("event_key_secret")
+        return read_event_key(self.api(handle.data.get("context")), AttemptFiles(self._root(handle)),
+                              run_id=handle.run_id, secret=str(secret) if secret else None,
+                              namespace=str(handle.data.get("namespace", "")))
 
     def _target(self, handle: RunHandle, attempt: int | None = None) -> Target:
-        d = handle.data
-        if "name" not in d:
-            raise BackendError(f"run {handle.run_id} has no Kubernetes handle (it was never submitted).")
-        return Target(
-            run_id=handle.run_id, attempt=int(d.get("attempt", 0)) if attempt is None else attempt,
-            namespace=str(d["namespace"]), flavor=str(d.get("flavor", "job")), kind=str(d.get("kind", "Job")),
-            name=str(d["name"]), nodes=int(d.get("nodes", 1)), procs=int(d.get("procs", 1)),
-            queue=d.get("queue"), timeout_s=d.get("timeout_s"), notices=tuple(d.get("notices") or ()),
-            restart_budget=int(d.get("restart_budget") or 0),
-            ttl_s=None if d.get("ttl_s") is None else int(d["ttl_s"]),
-        )
+        return target_of(handle.run_id, handle.data, attempt)
 
     def _root(self, handle: RunHandle) -> Path:
         return self.store.attempt_dir(handle.run_id, int(handle.data.get("attempt", 0)))
@@ -442,48 +326,6 @@ class KubernetesBackend(StoreBackedBackend):
         return [h for _, h in sorted(handles, key=lambda x: x[0], reverse=True)]
 
 
-def _indented(fragment: Mapping[str, Any]) -> str:
-    """A ``--pod-template`` fragment as the plan shows it (YAML, indented)."""
-    text = yaml.safe_dump(dict(fragment), sort_keys=False, default_flow_style=False, width=120)
-    return "\n".join(f"  {line}" for line in text.splitlines())
-
-
-def _forget_key(root: Path, key: bytes | None) -> None:
-    """Remove the key file of a submit that failed (nothing on the cluster uses it)."""
-    if key is not None:
-        (root / KEY_FILE).unlink(missing_ok=True)
-
-
-# -- Secrets -------------------------------------------------------------------------------------------
-# Through KubeApi (the one I/O module) like every object; an error message never carries the key.
-
-def _create_secret(api: KubeApi, obj: Mapping[str, Any], namespace: str, *, dry_run: bool, key: bytes | None) -> None:
-    """Create the event-key Secret ``obj`` (``dry_run``: server-side, strict)."""
-    try:
-        api.create(dict(obj), namespace, dry_run=dry_run)
-    except NbtrainError as error:
-        if key is None:
-            raise
-        raise _without_key(error, key) from None
-
-
-def _read_secret(api: KubeApi, name: str, namespace: str) -> dict[str, Any] | None:
-    """The Secret ``name``, or None when it does not exist."""
-    return api.get("Secret", name, namespace)
-
-
-def _without_key(error: NbtrainError, key: bytes) -> NbtrainError:
-    """``error`` with every form of ``key`` in its message replaced (the API may echo a request body)."""
-    secret = encode_event_key(key)
-    text = str(error)
-    for form in (secret, base64.b64encode(secret.encode("ascii")).decode("ascii")):
-        text = text.replace(form, "<event key>")
-    clean = type(error).__new__(type(error))
-    clean.__dict__.update(error.__dict__)
-    clean.args = (text,)
-    return clean
-
-
 def _terminal(data: dict[str, Any] | None) -> bool:
     return data is not None and RunState(str(data.get("state"))).terminal
 
@@ -510,29 +352,3 @@ class _KubeCursor:
             except NbtrainError:
                 pass  # no cluster configuration here: what was mirrored before is still readable
         return self.files.poll(max_lines=max_lines)
-
-
-
-def _check_local_queue(api: KubeApi, queue: str, namespace: str) -> None:
-    """Refuse ``--queue`` naming no Kueue LocalQueue in ``namespace`` (or a cluster without Kueue): Kueue ignores
-    such a Job, which would stay suspended, "waiting for Kueue", until someone deletes it. A notebook identity
-    that may not read LocalQueues cannot check: the run goes ahead (the shipped Role allows it)."""
-    try:
-        if api.get("LocalQueue", queue, namespace) is not None:
-            return
-        names = sorted(str(q["metadata"]["name"]) for q in api.list_items("LocalQueue", namespace)[0])
-    except KubeApiError as error:
-        if error.status == 403:
-            return
-        if error.status == 404:
-            raise KubeSpecError(
-                f"--queue {queue}: this cluster has no Kueue (no localqueues.kueue.x-k8s.io resource), so the Job "
-                "would stay suspended forever; nothing was submitted. Drop --queue, or install Kueue and create a "
-                f"LocalQueue {queue!r} in namespace {namespace!r}.", 404) from None
-        raise
-    there = ", ".join(names) if names else "none"
-    raise KubeSpecError(
-        f"--queue {queue}: there is no Kueue LocalQueue {queue!r} in namespace {namespace!r} (LocalQueues there: "
-        f"{there}), so Kueue would never admit the Job and it would wait, suspended, forever; nothing was submitted. "
-        f"Use one of those queues, ask your platform team for a LocalQueue {queue!r} in {namespace!r} (pointing at a "
-        "ClusterQueue), or drop --queue to run without Kueue.", 404)

@@ -181,7 +181,7 @@ def test_the_default_ttl_keeps_a_finished_job_for_a_week(k8s_backend: Any) -> No
     bundle = capture_cell("6 * 7\n", {"__name__": "__main__"})
     directory = bundle.write(k8s_backend.store.bundles)
     plan = k8s_backend.plan(JobSpec(backend="kubernetes", device="cpu"), str(directory), bundle.digest, "ttl-0a1b2c")
-    assert plan.request["objects"][0]["spec"]["ttlSecondsAfterFinished"] == 7 * 24 * 3600
+    assert plan.request.objects[0]["spec"]["ttlSecondsAfterFinished"] == 7 * 24 * 3600
 
 
 def test_a_queue_that_does_not_exist_is_refused_before_anything_is_submitted(

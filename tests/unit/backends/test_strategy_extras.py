@@ -86,10 +86,10 @@ def test_kubernetes_leaves_it_to_the_pod_preflight_which_names_the_image(
     kube = KubernetesBackend(Store(tmp_path / "home"), options=KubeOptions(image="ghcr.io/org/train:1"))
     plan = kube.plan(DEEPSPEED, bundle[0], bundle[1], "job-1")  # this machine's packages do not matter
     assert not probed
-    commands = [c["command"] for c in _containers(plan.request)]
+    commands = [c["command"] for c in _containers(plan.request.to_json())]
     assert commands and all("deepspeed" in c[c.index("--need") + 1].split(",") for c in commands)
     ddp = kube.plan(DEEPSPEED.with_changes(strategy="ddp"), bundle[0], bundle[1], "job-2")
-    assert all("deepspeed" not in c[c.index("--need") + 1] for c in (x["command"] for x in _containers(ddp.request)))
+    assert all("deepspeed" not in c[c.index("--need") + 1] for c in (x["command"] for x in _containers(ddp.request.to_json())))
     line = kube_preflight.message(["deepspeed"], "ghcr.io/org/train:1")
     assert "the image ghcr.io/org/train:1 lacks the Python package deepspeed" in line
 

@@ -30,7 +30,7 @@ def _pod_templates(workload: dict[str, Any]) -> list[dict[str, Any]]:
 
 @pytest.mark.parametrize("flavor", FLAVORS)
 def test_every_flavor_carries_every_knob_on_its_pods_and_objects(make_plan: MakePlan, flavor: str) -> None:
-    objects = make_plan(flavor=flavor, nodes=2, **KNOBS).request["objects"]
+    objects = make_plan(flavor=flavor, nodes=2, **KNOBS).request.objects
     pods = list(pod_specs(objects[0]))
     assert pods
     for pod in pods:
@@ -47,7 +47,7 @@ def test_every_flavor_carries_every_knob_on_its_pods_and_objects(make_plan: Make
 
 
 def test_without_knobs_the_pods_have_none_of_them(make_plan: MakePlan) -> None:
-    for pod in pod_specs(make_plan().request["objects"][0]):
+    for pod in pod_specs(make_plan().request.objects[0]):
         assert "imagePullSecrets" not in pod and "priorityClassName" not in pod
         assert {"name": "dshm", "emptyDir": {"medium": "Memory"}} in pod["volumes"]
 

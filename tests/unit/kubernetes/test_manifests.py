@@ -50,7 +50,7 @@ def full_spec(**overrides: Any) -> dict[str, Any]:
 @pytest.mark.parametrize("gpu", [True, False], ids=["gpu", "cpu"])
 def test_builtin_objects_are_valid_for_every_kubernetes_version_strictly(make_plan: MakePlan, flavor: str, gpu: bool) -> None:
     plan = make_plan(flavor=flavor, **full_spec(device="gpu" if gpu else "cpu"))
-    builtin = [o for o in plan.request["objects"] if o["kind"] not in CR_SCHEMAS]
+    builtin = [o for o in plan.request.objects if o["kind"] not in CR_SCHEMAS]
     assert builtin, "every flavor creates at least its ConfigMap"
     for version in k8s_versions():
         for obj in builtin:
@@ -60,7 +60,7 @@ def test_builtin_objects_are_valid_for_every_kubernetes_version_strictly(make_pl
 @pytest.mark.parametrize("flavor", ["pytorchjob", "jobset"])
 def test_the_pod_templates_inside_custom_resources_are_valid_for_every_kubernetes_version(make_plan: MakePlan, flavor: str) -> None:
     """The CRDs embed core types loosely; wrapped as a PodTemplate (and JobSet's Job spec as a Job), strict."""
-    workload = make_plan(flavor=flavor, **full_spec()).request["objects"][0]
+    workload = make_plan(flavor=flavor, **full_spec()).request.objects[0]
     wrapped = [{"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "t"}, "template": value}
                for path, value in walk(workload) if path.endswith("template") and "containers" in (value.get("spec") or {})]
     if flavor == "jobset":
@@ -74,7 +74,7 @@ def test_the_pod_templates_inside_custom_resources_are_valid_for_every_kubernete
 
 @pytest.mark.parametrize("flavor", ["pytorchjob", "jobset"])
 def test_custom_resources_match_their_crd_schema_with_unknown_fields_rejected(make_plan: MakePlan, flavor: str) -> None:
-    workload = make_plan(flavor=flavor, **full_spec()).request["objects"][0]
+    workload = make_plan(flavor=flavor, **full_spec()).request.objects[0]
     filename, version = CR_SCHEMAS[workload["kind"]]
     assert workload["apiVersion"].endswith("/" + version)
     jsonschema.validate(workload, crd_schema(filename, version))
@@ -86,7 +86,7 @@ def test_custom_resources_match_their_crd_schema_with_unknown_fields_rejected(ma
 
 def test_the_job_pod_template_is_a_valid_kueue_workload_podset(make_plan: MakePlan) -> None:
     """Kueue copies the Job's pod template into a Workload; it must satisfy that CRD too."""
-    job = make_plan(**full_spec()).request["objects"][0]
+    job = make_plan(**full_spec()).request.objects[0]
     workload = {
         "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload", "metadata": {"name": "job-x"},
         "spec": {"queueName": "team-a", "podSets": [{"name": "main", "count": 3, "template": job["spec"]["template"]}]},
@@ -101,13 +101,13 @@ def test_the_official_client_accepts_every_builtin_object(make_plan: MakePlan, f
 
     models = {"Job": client.V1Job, "Service": client.V1Service, "ConfigMap": client.V1ConfigMap,
               "Secret": client.V1Secret}
-    for obj in make_plan(flavor=flavor, **full_spec()).request["objects"]:
+    for obj in make_plan(flavor=flavor, **full_spec()).request.objects:
         if obj["kind"] in models:
             models[obj["kind"]].model_validate(obj)
 
 
 def test_indexed_job_is_a_gang(make_plan: MakePlan) -> None:
-    job, _secret, _configmap, service = make_plan(**full_spec(queue=None)).request["objects"]
+    job, _secret, _configmap, service = make_plan(**full_spec(queue=None)).request.objects
     spec = job["spec"]
     assert spec["completionMode"] == "Indexed"
     assert spec["completions"] == spec["parallelism"] == 3
@@ -131,7 +131,7 @@ def test_indexed_job_is_a_gang(make_plan: MakePlan) -> None:
 
 @pytest.mark.parametrize("flavor", FLAVORS)
 def test_restart_policy_labels_and_owner_references(make_plan: MakePlan, flavor: str) -> None:
-    objects = make_plan(flavor=flavor, run_id="digits-3fa9c2", **full_spec()).request["objects"]
+    objects = make_plan(flavor=flavor, run_id="digits-3fa9c2", **full_spec()).request.objects
     for obj in objects:
         assert obj["metadata"]["labels"][LABEL_RUN_ID] == "digits-3fa9c2"
         assert obj["metadata"]["annotations"]["nbtrain.dev/run-id"] == "digits-3fa9c2"
@@ -151,7 +151,7 @@ def test_restart_policy_labels_and_owner_references(make_plan: MakePlan, flavor:
 
 @pytest.mark.parametrize("flavor", FLAVORS)
 def test_queue_suspends_the_workload_with_the_kueue_label(make_plan: MakePlan, flavor: str) -> None:
-    workload = make_plan(flavor=flavor, **full_spec(queue="team-a")).request["objects"][0]
+    workload = make_plan(flavor=flavor, **full_spec(queue="team-a")).request.objects[0]
     assert workload["metadata"]["labels"][KUEUE_QUEUE_LABEL] == "team-a"
     suspend = workload["spec"]["runPolicy"]["suspend"] if flavor == "pytorchjob" else workload["spec"]["suspend"]
     assert suspend is True
@@ -162,7 +162,7 @@ def test_queue_suspends_the_workload_with_the_kueue_label(make_plan: MakePlan, f
 def test_names_and_pod_hostnames_fit_63_characters_for_long_run_names(make_plan: MakePlan, flavor: str, nodes: int) -> None:
     long_id = "a-very-long-experiment-name-that-goes-on-and-on-and-on-forever-and-more-7f3a9c"
     request = make_plan(run_id=long_id, flavor=flavor, nodes=nodes, procs_per_node=1, device="cpu").request
-    name = request["name"]
+    name = request.name
     hostnames = {
         "job": [f"{name}-{i}" for i in range(nodes)],
         "jobset": [f"{name}-node-0-{i}" for i in range(nodes)],
@@ -171,17 +171,17 @@ def test_names_and_pod_hostnames_fit_63_characters_for_long_run_names(make_plan:
     for host in hostnames:
         assert is_dns_label(host), host
     assert name[0].isalpha()  # Services (and the operators' Services) need RFC 1035 names
-    for obj in request["objects"]:
+    for obj in request.objects:
         assert is_dns_label(obj["metadata"]["name"]), obj["metadata"]["name"]
         for value in obj["metadata"]["labels"].values():
             assert len(value) <= 63 and re.match(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$", value), value
     other = make_plan(run_id=long_id[:-1] + "d", flavor=flavor, nodes=nodes, procs_per_node=1, device="cpu")
-    assert other.request["name"] != name  # shortened names stay distinct
+    assert other.request.name != name  # shortened names stay distinct
 
 
 @pytest.mark.parametrize("flavor", FLAVORS)
 def test_quantities_are_strings(make_plan: MakePlan, flavor: str) -> None:
-    workload = make_plan(flavor=flavor, **full_spec(cpu="500m", memory="8Gi")).request["objects"][0]
+    workload = make_plan(flavor=flavor, **full_spec(cpu="500m", memory="8Gi")).request.objects[0]
     seen = 0
     for path, value in walk(workload):
         if re.search(r"resources\.(limits|requests)\.[^.]+$", path) or path.endswith("resources.limits.nvidia.com/gpu"):
@@ -195,7 +195,7 @@ def test_quantities_are_strings(make_plan: MakePlan, flavor: str) -> None:
 
 @pytest.mark.parametrize("flavor", FLAVORS)
 def test_pods_meet_the_restricted_pod_security_profile(make_plan: MakePlan, flavor: str) -> None:
-    for pod in pod_specs(make_plan(flavor=flavor, **full_spec()).request["objects"][0]):
+    for pod in pod_specs(make_plan(flavor=flavor, **full_spec()).request.objects[0]):
         assert pod["automountServiceAccountToken"] is False
         assert pod["securityContext"]["runAsNonRoot"] is True
         assert pod["securityContext"]["runAsUser"] > 0
@@ -220,13 +220,13 @@ def test_pods_meet_the_restricted_pod_security_profile(make_plan: MakePlan, flav
 @pytest.mark.parametrize("flavor", FLAVORS)
 def test_secrets_only_by_reference(make_plan: MakePlan, flavor: str) -> None:
     plan = make_plan(flavor=flavor, **full_spec())
-    env = pod_specs(plan.request["objects"][0])[0]["containers"][0]["env"]
+    env = pod_specs(plan.request.objects[0])[0]["containers"][0]["env"]
     (hf,) = [e for e in env if e["name"] == "HF_TOKEN"]
     assert hf == {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf-credentials", "key": "token"}}}
     # the one Secret in a plan is nbtrain's own event-key Secret, and it has no data: the key is made at submit
-    (own,) = [o for o in plan.request["objects"] if o["kind"] == "Secret"]
+    (own,) = [o for o in plan.request.objects if o["kind"] == "Secret"]
     assert "data" not in own and "stringData" not in own
-    assert own["metadata"]["name"] == plan.request["event_key_secret"]
+    assert own["metadata"]["name"] == plan.request.event_key_secret
     (key,) = [e for e in env if e["name"] == "NBTRAIN_EVENT_KEY"]
     assert key == {"name": "NBTRAIN_EVENT_KEY", "valueFrom": {"secretKeyRef": {
         "name": own["metadata"]["name"], "key": "event-key", "optional": True}}}
@@ -240,13 +240,13 @@ def test_the_event_key_goes_only_into_the_secret_sent_to_the_api_and_never_into_
     from nbtrain.backends.kubernetes.manifests import describe, redacted, with_event_key
 
     plan = make_plan(**full_spec())
-    secret = next(o for o in plan.request["objects"] if o["kind"] == "Secret")
+    secret = next(o for o in plan.request.objects if o["kind"] == "Secret")
     key = bytes(range(32))
     sent = with_event_key(secret, key)
     assert base64.b64decode(sent["data"]["event-key"]).decode() == key.hex()
     assert "data" not in secret  # the plan's object is untouched
     assert redacted(sent) == secret
-    shown = describe([plan.request["objects"][0], sent])
+    shown = describe([plan.request.objects[0], sent])
     assert key.hex() not in shown and sent["data"]["event-key"] not in shown
     assert "made at submit" in shown
     assert redacted({"kind": "ConfigMap", "data": {"a": "b"}}) == {"kind": "ConfigMap", "data": {"a": "b"}}
@@ -254,9 +254,9 @@ def test_the_event_key_goes_only_into_the_secret_sent_to_the_api_and_never_into_
 
 def test_a_secret_env_cannot_replace_nbtrains_own_variables(make_plan: MakePlan) -> None:
     plan = make_plan(secret_env={"NBTRAIN_EVENT_KEY": "mine/key"})
-    env = pod_specs(plan.request["objects"][0])[0]["containers"][0]["env"]
+    env = pod_specs(plan.request.objects[0])[0]["containers"][0]["env"]
     (key,) = [e for e in env if e["name"] == "NBTRAIN_EVENT_KEY"]
-    assert key["valueFrom"]["secretKeyRef"]["name"] == plan.request["event_key_secret"]
+    assert key["valueFrom"]["secretKeyRef"]["name"] == plan.request.event_key_secret
 
 
 def test_a_secret_looking_env_value_is_refused_before_it_lands_in_a_manifest(make_plan: MakePlan) -> None:
@@ -264,12 +264,12 @@ def test_a_secret_looking_env_value_is_refused_before_it_lands_in_a_manifest(mak
         make_plan(env={"HF_TOKEN": "hf_abcdefghijklmnop"})
     assert "hf_abcdefghijklmnop" not in str(caught.value)
     plan = make_plan(env={"HF_TOKEN": "not-really-secret"}, allow_secrets=True)
-    assert "not-really-secret" in yaml.safe_dump(plan.request["objects"])
+    assert "not-really-secret" in yaml.safe_dump(plan.request.objects)
 
 
 def test_gpu_path_requests_gpus_and_uses_nccl(make_plan: MakePlan) -> None:
     """No GPU needed: the GPU manifests are checked as data."""
-    job = make_plan(nodes=2, procs_per_node=8, device="auto").request["objects"][0]  # default: GPUs on the cluster
+    job = make_plan(nodes=2, procs_per_node=8, device="auto").request.objects[0]  # default: GPUs on the cluster
     container = job["spec"]["template"]["spec"]["containers"][0]
     assert container["resources"]["limits"]["nvidia.com/gpu"] == "8"
     names = {e["name"] for e in container["env"]}
@@ -282,7 +282,7 @@ def test_gpu_path_requests_gpus_and_uses_nccl(make_plan: MakePlan) -> None:
 
 def test_cpu_path_forces_gloo(make_plan: MakePlan) -> None:
     plan = make_plan(nodes=2, procs_per_node=2, options=KubeOptions(image="img:1", device="cpu"))
-    container = plan.request["objects"][0]["spec"]["template"]["spec"]["containers"][0]
+    container = plan.request.objects[0]["spec"]["template"]["spec"]["containers"][0]
     assert {"name": "ACCELERATE_USE_CPU", "value": "1"} in container["env"]
     assert "nvidia.com/gpu" not in str(container["resources"])
     assert any("no GPU requested" in n for n in plan.notices)
@@ -290,7 +290,7 @@ def test_cpu_path_forces_gloo(make_plan: MakePlan) -> None:
 
 def test_pod_command_parses_with_accelerates_own_parser_and_prefixes_ranks(make_plan: MakePlan) -> None:
     launch = pytest.importorskip("accelerate.commands.launch")
-    container = make_plan(nodes=2, procs_per_node=4).request["objects"][0]["spec"]["template"]["spec"]["containers"][0]
+    container = make_plan(nodes=2, procs_per_node=4).request.objects[0]["spec"]["template"]["spec"]["containers"][0]
     argv = [a.replace("$(NBTRAIN_NODE_RANK)", "1") for a in container["args"]]
     assert argv[1:3] == ["-m", "accelerate.commands.launch"]
     args = launch.launch_command_parser().parse_args(argv[3:])
@@ -307,7 +307,7 @@ def test_pod_command_parses_with_accelerates_own_parser_and_prefixes_ranks(make_
 
 
 def test_the_configmap_carries_bundle_and_runtime_and_too_big_goes_in_parts(make_plan: MakePlan, tmp_path: Any) -> None:
-    job, _secret, configmap, _ = make_plan().request["objects"]
+    job, _secret, configmap, _ = make_plan().request.objects
     items = {i["path"]: i["key"] for i in job["spec"]["template"]["spec"]["volumes"][0]["configMap"]["items"]}
     assert "bundle/main.py" in items and "bundle/manifest.json" in items
     assert "runtime/nbtrain/runtime/worker.py" in items and "runtime/nbtrain/events.py" in items
@@ -323,7 +323,7 @@ def test_the_configmap_carries_bundle_and_runtime_and_too_big_goes_in_parts(make
 
 
 def test_user_env_cannot_trigger_kubernetes_expansion(make_plan: MakePlan) -> None:
-    container = make_plan(env={"GREETING": "cost $(HOME) and $5"}).request["objects"][0]["spec"]["template"]["spec"]["containers"][0]
+    container = make_plan(env={"GREETING": "cost $(HOME) and $5"}).request.objects[0]["spec"]["template"]["spec"]["containers"][0]
     assert {"name": "GREETING", "value": "cost $$(HOME) and $5"} in container["env"]
 
 
@@ -347,20 +347,20 @@ def test_dry_run_describe_is_the_yaml_of_every_object(make_plan: MakePlan) -> No
     text = plan.render()
     docs = [d for d in yaml.safe_load_all(text.split("manifests (applied in this order):\n", 1)[1]) if d]
     assert [d["kind"] for d in docs] == ["Job", "Secret", "ConfigMap", "Service"]
-    assert docs[0] == plan.request["objects"][0]
-    assert docs[1] == plan.request["objects"][1]  # the event-key Secret, without data
-    assert docs[3] == plan.request["objects"][3]
-    assert f"Secret {plan.request['event_key_secret']}" in text
+    assert docs[0] == plan.request.objects[0]
+    assert docs[1] == plan.request.objects[1]  # the event-key Secret, without data
+    assert docs[3] == plan.request.objects[3]
+    assert f"Secret {plan.request.event_key_secret}" in text
     assert "GPU: nvidia.com/gpu 8 per pod (NCCL)" in text and "namespace default" in text
 
 
 def test_pods_launch_with_the_attempts_generated_accelerate_config(make_plan: MakePlan) -> None:
     """No Accelerate config in the image (or its HOME) changes a run: the pods get nbtrain's, with the runtime."""
     plan = make_plan()
-    configmap = next(o for o in plan.request["objects"] if o["kind"] == "ConfigMap")
+    configmap = next(o for o in plan.request.objects if o["kind"] == "ConfigMap")
     texts = list((configmap.get("data") or {}).values())
     assert any("distributed_type:" in t and "Generated by nbtrain" in t for t in texts)
-    for spec in pod_specs(plan.request["objects"][0]):
+    for spec in pod_specs(plan.request.objects[0]):
         argv = spec["containers"][0]["args"]
         assert argv[argv.index("--config_file") + 1].endswith("/runtime/accelerate.yaml")
 
@@ -377,13 +377,13 @@ def test_the_pod_command_is_the_preflight_that_checks_the_image_then_execs_the_l
     from nbtrain.backends.kubernetes.preflight import EXIT_MISSING
 
     plan = make_plan(nodes=2, procs_per_node=1, options=KubeOptions(image="python:3.11", device="cpu"))
-    container = plan.request["objects"][0]["spec"]["template"]["spec"]["containers"][0]
+    container = plan.request.objects[0]["spec"]["template"]["spec"]["containers"][0]
     command = container["command"]
     assert command[1:3] == ["-m", "nbtrain_preflight"] and command[-1] == "--"
     assert command[command.index("--image") + 1] == "python:3.11"
     assert command[command.index("--need") + 1] == "accelerate,torch"
     assert container["args"][1:3] == ["-m", "accelerate.commands.launch"]
-    configmap = next(o for o in plan.request["objects"] if o["kind"] == "ConfigMap")
+    configmap = next(o for o in plan.request.objects if o["kind"] == "ConfigMap")
     script = next(v for v in configmap["data"].values() if "nbtrain preflight:" in v)
     # the shipped script, run as the pod runs it: a missing package is named with the image; else it execs
     missing = subprocess.run([sys.executable, "-c", script, "--image", "python:3.11", "--need", "json,no_such_pkg_x",
@@ -397,9 +397,9 @@ def test_the_pod_command_is_the_preflight_that_checks_the_image_then_execs_the_l
 
 def test_dry_run_shows_the_generated_accelerate_config_and_abridges_the_bundle(make_plan: MakePlan) -> None:
     plan = make_plan(procs_per_node=2, device="gpu", strategy="deepspeed", zero_stage=3, gradient_accumulation=4)
-    configmap = plan.request["objects"][2]
+    configmap = plan.request.objects[2]
     (key,) = [k for k in configmap["data"] if k.endswith("-accelerate.yaml")]
-    shown = plan.request["describe"]
+    shown = plan.request.describe
     printed = yaml.safe_load(shown.split("---\n")[3])  # the ConfigMap's document, as --dry-run prints it
     assert printed["kind"] == "ConfigMap" and printed["data"][key] == configmap["data"][key]
     config = yaml.safe_load(printed["data"][key])

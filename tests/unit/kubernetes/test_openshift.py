@@ -93,7 +93,7 @@ def test_a_bad_value_is_refused_when_the_backend_is_made_before_anything_is_plan
 
 @pytest.mark.parametrize("flavor", FLAVORS)
 def test_openshift_pods_of_every_flavor_carry_no_ids_and_stay_restricted(make_plan: MakePlan, flavor: str) -> None:
-    objects = make_plan(flavor=flavor, options=OPENSHIFT, **full_spec()).request["objects"]
+    objects = make_plan(flavor=flavor, options=OPENSHIFT, **full_spec()).request.objects
     for obj in objects:
         assert not [path for path, _ in walk(obj) if path.rsplit(".", 1)[-1] in IDS], obj["kind"]
     pods = pod_specs(objects[0])
@@ -106,7 +106,7 @@ def test_openshift_pods_of_every_flavor_carry_no_ids_and_stay_restricted(make_pl
 @pytest.mark.parametrize("flavor", FLAVORS)
 def test_a_uid_sets_every_id_on_every_pod_of_every_flavor(make_plan: MakePlan, flavor: str) -> None:
     options = KubeOptions.from_env({"NBTRAIN_K8S_IMAGE": "ghcr.io/org/train:1", "NBTRAIN_K8S_RUN_AS_USER": "4242"})
-    for pod in pod_specs(make_plan(flavor=flavor, options=options, **full_spec()).request["objects"][0]):
+    for pod in pod_specs(make_plan(flavor=flavor, options=options, **full_spec()).request.objects[0]):
         assert {key: pod["securityContext"][key] for key in IDS} == dict.fromkeys(IDS, 4242)
         assert pod["securityContext"]["runAsNonRoot"] is True
         assert restricted_violations(pod) == []
@@ -114,7 +114,7 @@ def test_a_uid_sets_every_id_on_every_pod_of_every_flavor(make_plan: MakePlan, f
 
 @pytest.mark.parametrize("flavor", FLAVORS)
 def test_openshift_manifests_validate_strictly_at_the_oldest_and_newest_versions(make_plan: MakePlan, flavor: str) -> None:
-    objects = make_plan(flavor=flavor, options=OPENSHIFT, **full_spec()).request["objects"]
+    objects = make_plan(flavor=flavor, options=OPENSHIFT, **full_spec()).request.objects
     workload = objects[0]
     checked = [o for o in objects if o["kind"] not in CR_SCHEMAS]
     checked += [{"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "t"}, "template": value}
@@ -151,7 +151,7 @@ def test_openshift_trainjob_pods_carry_no_ids_and_stay_restricted(make_plan: Mak
 
     plan = make_plan(flavor="trainjob", options=OPENSHIFT, **trainjob_spec())
     job = materialised(plan, STOCK if runtime == "torch-distributed" else gang_runtime())
-    for obj in [*plan.request["objects"], job]:
+    for obj in [*plan.request.objects, job]:
         assert not [path for path, _ in walk(obj) if path.rsplit(".", 1)[-1] in IDS], obj["kind"]
     pod = job["spec"]["template"]["spec"]
     assert pod["securityContext"] == {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}

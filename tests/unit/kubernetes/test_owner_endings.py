@@ -88,7 +88,7 @@ def test_a_jobset_fail_rule_means_the_deadline_only_when_every_fail_rule_is_on_d
 @pytest.mark.parametrize("flavor", sorted(DEADLINES))
 def test_the_deadline_is_read_from_the_owner_not_the_pods(make_plan: MakePlan, flavor: str) -> None:
     """The owners' own deadline fields: the Job's (also each JobSet Job's) and the PyTorchJob's runPolicy."""
-    workload = make_plan(flavor=flavor, **full_spec(timeout_s=90)).request["objects"][0]
+    workload = make_plan(flavor=flavor, **full_spec(timeout_s=90)).request.objects[0]
     spec = workload["spec"]
     deadline = {"job": lambda: spec["activeDeadlineSeconds"], "pytorchjob": lambda: spec["runPolicy"]["activeDeadlineSeconds"],
                 "jobset": lambda: spec["replicatedJobs"][0]["template"]["spec"]["activeDeadlineSeconds"]}[flavor]()
@@ -100,7 +100,7 @@ def test_the_deadline_is_read_from_the_owner_not_the_pods(make_plan: MakePlan, f
 
 
 def test_pytorchjob_cleans_running_pods_and_keeps_finished_ones(make_plan: MakePlan) -> None:
-    workload = make_plan(flavor="pytorchjob", **full_spec()).request["objects"][0]
+    workload = make_plan(flavor="pytorchjob", **full_spec()).request.objects[0]
     assert workload["spec"]["runPolicy"]["cleanPodPolicy"] == "Running"
     # the CRD states no enum: these are the operator's values (pkg/apis/kubeflow.org/v1/common_types.go)
     assert workload["spec"]["runPolicy"]["cleanPodPolicy"] in ("All", "Running", "None")
@@ -108,7 +108,7 @@ def test_pytorchjob_cleans_running_pods_and_keeps_finished_ones(make_plan: MakeP
 
 
 def test_jobset_rule_validates_against_the_jobset_crd(make_plan: MakePlan) -> None:
-    workload = make_plan(flavor="jobset", **full_spec()).request["objects"][0]
+    workload = make_plan(flavor="jobset", **full_spec()).request.objects[0]
     jsonschema.validate(workload, crd_schema("jobsets.yaml", "v1alpha2"))
     broken = {**workload, "spec": {**workload["spec"], "failurePolicy": {"maxRestarts": 0, "rules": [
         {"name": "nbtrainTimeout", "action": "FailTheWholeThing", "onJobFailureReasons": ["DeadlineExceeded"]}]}}}

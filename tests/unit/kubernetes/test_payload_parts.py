@@ -44,7 +44,7 @@ def _lay_out(objects: list[dict[str, Any]], volume: dict[str, Any], root: Path) 
 
 def test_a_3mb_bundle_travels_as_valid_part_configmaps_in_one_projected_volume(big_plan: tuple[Any, Path]) -> None:
     plan, _ = big_plan
-    objects = plan.request["objects"]
+    objects = plan.request.objects
     job = objects[0]
     parts = [o for o in objects if o["kind"] == "ConfigMap" and "-part-" in o["metadata"]["name"]]
     assert len(parts) >= 3, [o["metadata"]["name"] for o in objects]
@@ -67,13 +67,13 @@ def test_a_3mb_bundle_travels_as_valid_part_configmaps_in_one_projected_volume(b
     assert command[command.index("--parts") + 1] == "/opt/nbtrain/parts.json"
     assert command[command.index("--unpack") + 1] == UNPACKED_PATH and command[-1] == "--"
     assert UNPACKED_PATH in container["args"]  # the worker runs the unpacked bundle
-    assert "part ConfigMaps" in plan.request["describe"]
+    assert "part ConfigMaps" in plan.request.describe
 
 
 def test_the_preflight_unpacks_exactly_the_bundle_and_names_a_part_that_does_not_match(big_plan: tuple[Any, Path],
                                                                                          tmp_path: Path) -> None:
     plan, directory = big_plan
-    objects = plan.request["objects"]
+    objects = plan.request.objects
     (volume,) = [v for v in objects[0]["spec"]["template"]["spec"]["volumes"] if v["name"] == "nbtrain"]
     mounted, unpacked = tmp_path / "mounted", tmp_path / "unpacked"
     _lay_out(objects, volume, mounted)

@@ -64,7 +64,7 @@ def _oldest_and_newest() -> list[str]:
 
 @pytest.mark.parametrize("flavor", FLAVORS)
 def test_every_flavor_carries_every_knob(make_plan: MakePlan, tmp_path: Path, flavor: str) -> None:
-    workload = make_plan(flavor=flavor, **_all_knobs(tmp_path)).request["objects"][0]
+    workload = make_plan(flavor=flavor, **_all_knobs(tmp_path)).request.objects[0]
     assert workload["metadata"]["labels"][KUEUE_PRIORITY_LABEL] == "research-high"
     assert workload["metadata"]["labels"][KUEUE_QUEUE_LABEL] == "team-a"
     pods = pod_specs(workload)
@@ -86,7 +86,7 @@ def test_every_flavor_carries_every_knob(make_plan: MakePlan, tmp_path: Path, fl
 
 @pytest.mark.parametrize("flavor", FLAVORS)
 def test_the_spread_selects_exactly_the_attempts_pods(make_plan: MakePlan, flavor: str) -> None:
-    workload = make_plan(flavor=flavor, nodes=2, spread_by="topology.kubernetes.io/zone").request["objects"][0]
+    workload = make_plan(flavor=flavor, nodes=2, spread_by="topology.kubernetes.io/zone").request.objects[0]
     for path, template in walk(workload):
         if path.endswith("template") and "containers" in (template.get("spec") or {}):
             selector = template["spec"]["topologySpreadConstraints"][0]["labelSelector"]["matchLabels"]
@@ -96,7 +96,7 @@ def test_the_spread_selects_exactly_the_attempts_pods(make_plan: MakePlan, flavo
 @pytest.mark.parametrize("flavor", FLAVORS)
 def test_every_knob_at_once_is_strictly_valid_at_the_oldest_and_newest_kubernetes(make_plan: MakePlan, tmp_path: Path,
                                                                                  flavor: str) -> None:
-    objects = make_plan(flavor=flavor, **_all_knobs(tmp_path)).request["objects"]
+    objects = make_plan(flavor=flavor, **_all_knobs(tmp_path)).request.objects
     workload = objects[0]
     checked = [o for o in objects if o["kind"] not in CR_SCHEMAS]
     checked += [{"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "t"}, "template": value}
@@ -113,7 +113,7 @@ def test_every_knob_at_once_is_strictly_valid_at_the_oldest_and_newest_kubernete
 
 def test_the_job_pod_template_with_every_knob_is_a_valid_kueue_workload_podset(make_plan: MakePlan,
                                                                                tmp_path: Path) -> None:
-    job = make_plan(**_all_knobs(tmp_path)).request["objects"][0]
+    job = make_plan(**_all_knobs(tmp_path)).request.objects[0]
     workload = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload", "metadata": {"name": "job-x"},
                 "spec": {"queueName": "team-a",  # what Kueue makes of the priority label: the name fits its pattern
                          "priorityClassRef": {"group": "kueue.x-k8s.io", "kind": "WorkloadPriorityClass",
@@ -123,7 +123,7 @@ def test_the_job_pod_template_with_every_knob_is_a_valid_kueue_workload_podset(m
 
 
 def test_without_the_knobs_gpus_are_nvidias_and_nothing_else_changes(make_plan: MakePlan) -> None:
-    workload = make_plan(device="gpu", procs_per_node=4, queue="team-a").request["objects"][0]
+    workload = make_plan(device="gpu", procs_per_node=4, queue="team-a").request.objects[0]
     assert KUEUE_PRIORITY_LABEL not in workload["metadata"]["labels"]
     for pod in pod_specs(workload):
         assert pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "4"
@@ -131,9 +131,9 @@ def test_without_the_knobs_gpus_are_nvidias_and_nothing_else_changes(make_plan: 
 
 
 def test_the_plan_names_the_gpu_resource(make_plan: MakePlan) -> None:
-    describe = make_plan(device="gpu", procs_per_node=2, gpu_resource="amd.com/gpu").request["describe"]
+    describe = make_plan(device="gpu", procs_per_node=2, gpu_resource="amd.com/gpu").request.describe
     assert "GPU: amd.com/gpu 2 per pod" in describe
-    assert "GPU: nvidia.com/gpu 2 per pod (NCCL)" in make_plan(device="gpu", procs_per_node=2).request["describe"]
+    assert "GPU: nvidia.com/gpu 2 per pod (NCCL)" in make_plan(device="gpu", procs_per_node=2).request.describe
 
 
 @pytest.mark.parametrize("backend", ["local", "slurm"])
@@ -173,7 +173,7 @@ def test_nbtrain_toml_sets_default_requests_and_flags_override_them(make_plan: M
     assert (spec.cpu, spec.memory, spec.gpu_resource, spec.spread_by) == ("8", "96Gi", "amd.com/gpu",
                                                                            "kubernetes.io/hostname")
     pod = pod_specs(make_plan(**{f: getattr(spec, f) for f in ("cpu", "memory", "gpu_resource", "spread_by")},
-                              device="gpu").request["objects"][0])[0]
+                              device="gpu").request.objects[0])[0]
     assert pod["containers"][0]["resources"] == {"requests": {"cpu": "8", "memory": "96Gi"},
                                                  "limits": {"memory": "96Gi", "amd.com/gpu": "1"}}
 
@@ -195,7 +195,7 @@ def test_each_value_the_api_would_refuse_is_a_spec_error(make_plan: MakePlan, fi
 
 def test_a_gpu_resource_of_another_vendor_is_accepted(make_plan: MakePlan) -> None:
     for name in ("amd.com/gpu", "gpu.intel.com/i915", "gpu.intel.com/xe", "nvidia.com/mig-1g.10gb"):
-        pod = pod_specs(make_plan(device="gpu", gpu_resource=name).request["objects"][0])[0]
+        pod = pod_specs(make_plan(device="gpu", gpu_resource=name).request.objects[0])[0]
         assert pod["containers"][0]["resources"]["limits"][name] == "1"
 
 
@@ -229,7 +229,7 @@ def test_the_trainjob_flavor_carries_the_knobs_it_can_and_refuses_the_others_by_
     trainjob_template = tmp_path / "trainjob-template.yaml"
     trainjob_template.write_text(yaml.safe_dump({**TEMPLATE, "spec": {
         k: v for k, v in TEMPLATE["spec"].items() if k != "initContainers"}}))
-    workload = make_plan(flavor="trainjob", **{**knobs, "pod_template": str(trainjob_template)}).request["objects"][0]
+    workload = make_plan(flavor="trainjob", **{**knobs, "pod_template": str(trainjob_template)}).request.objects[0]
     assert workload["kind"] == "TrainJob"
     assert workload["metadata"]["labels"][KUEUE_PRIORITY_LABEL] == "research-high"
     values = [value for _, value in walk(workload)]

@@ -148,9 +148,9 @@ GOOD = {
 @pytest.mark.parametrize("flavor", FLAVORS)
 def test_a_template_reaches_every_pod_of_every_flavor_and_nbtrains_parts_stay(make_plan: MakePlan, tmp_path: Path,
                                                                               flavor: str) -> None:
-    plain = pod_specs(make_plan(flavor=flavor, nodes=2).request["objects"][0])[0]
+    plain = pod_specs(make_plan(flavor=flavor, nodes=2).request.objects[0])[0]
     plan = make_plan(flavor=flavor, nodes=2, pod_template=_file(tmp_path, GOOD))
-    pods = pod_specs(plan.request["objects"][0])
+    pods = pod_specs(plan.request.objects[0])
     assert pods
     for pod in pods:
         (trainer,) = pod["containers"]  # "trainer" in the file is the flavor's own container (pytorch: "pytorch")
@@ -161,7 +161,7 @@ def test_a_template_reaches_every_pod_of_every_flavor_and_nbtrains_parts_stay(ma
         assert pod["initContainers"][0]["name"] == "warm-cache"
         assert pod["affinity"] == GOOD["spec"]["affinity"]
         assert pod["securityContext"] == plain["securityContext"]
-    describe = plan.request["describe"]
+    describe = plan.request.describe
     assert f"pod template: {tmp_path / 'pod.yaml'}, merged into every pod" in describe
     assert "FROM_TEMPLATE" in describe.split("manifests (applied in this order):")[0]  # the file itself is shown
 
@@ -232,7 +232,7 @@ def test_what_would_break_nbtrains_pods_is_refused_naming_the_field(make_plan: M
 def test_allow_secrets_lets_a_secret_looking_value_through(make_plan: MakePlan, tmp_path: Path) -> None:
     path = _file(tmp_path, {"spec": {"containers": [{"name": "trainer", "env": [
         {"name": "WANDB_API_KEY", "value": "0123456789abcdef"}]}]}})
-    pod = pod_specs(make_plan(pod_template=path, allow_secrets=True).request["objects"][0])[0]
+    pod = pod_specs(make_plan(pod_template=path, allow_secrets=True).request.objects[0])[0]
     assert {"name": "WANDB_API_KEY", "value": "0123456789abcdef"} in pod["containers"][0]["env"]
 
 
@@ -271,7 +271,7 @@ def test_a_template_keeps_openshifts_mode_without_ids(make_plan: MakePlan, tmp_p
     from nbtrain.backends.kubernetes import KubeOptions
 
     options = KubeOptions(image="ghcr.io/org/train:1", run_as_user=None)  # NBTRAIN_K8S_RUN_AS_USER=auto
-    for pod in pod_specs(make_plan(options=options, pod_template=_file(tmp_path, GOOD)).request["objects"][0]):
+    for pod in pod_specs(make_plan(options=options, pod_template=_file(tmp_path, GOOD)).request.objects[0]):
         assert not {"runAsUser", "runAsGroup", "fsGroup"} & set(pod["securityContext"])
         assert pod["securityContext"]["runAsNonRoot"] is True
         assert restricted_violations(pod) == []

@@ -57,7 +57,7 @@ def materialised(plan: Plan, runtime: dict[str, Any] = STOCK) -> dict[str, Any]:
     fake = _fake_trainer()
     store = sys.modules["fake_apiserver"].Store()
     trainer = fake.FakeTrainer(SimpleNamespace(store=store))
-    workload = yaml.safe_load(yaml.safe_dump(plan.request["objects"][0]))
+    workload = yaml.safe_load(yaml.safe_dump(plan.request.objects[0]))
     trainer.add_runtime({**runtime, "metadata": {**runtime["metadata"], "name": workload["spec"]["runtimeRef"]["name"]}})
     trainer.validate("nbtrain-test", workload)  # the webhook admits it
     workload["metadata"].update(uid="uid-1", namespace="nbtrain-test")
@@ -67,8 +67,7 @@ def materialised(plan: Plan, runtime: dict[str, Any] = STOCK) -> dict[str, Any]:
 
 @pytest.mark.parametrize("gpu", [True, False], ids=["gpu", "cpu"])
 def test_the_trainjob_matches_trainers_crd_with_unknown_fields_rejected(make_plan: MakePlan, gpu: bool) -> None:
-    workload, secret, configmap = make_plan(flavor="trainjob", **trainjob_spec(device="gpu" if gpu else "cpu")).request[
-        "objects"]
+    workload, secret, configmap = make_plan(flavor="trainjob", **trainjob_spec(device="gpu" if gpu else "cpu")).request.objects
     assert (workload["apiVersion"], workload["kind"]) == ("trainer.kubeflow.org/v1alpha1", "TrainJob")
     assert (secret["kind"], configmap["kind"]) == ("Secret", "ConfigMap")
     jsonschema.validate(workload, crd_schema(*TRAINJOB))
@@ -147,7 +146,7 @@ def test_the_runtime_setting_names_a_cluster_or_namespaced_runtime(make_plan: Ma
             runtime_ref(bad)
     options = KubeOptions(image="ghcr.io/org/train:1", trainjob_runtime="TrainingRuntime/team-torch")
     plan = make_plan(flavor="trainjob", options=options, nodes=2, device="cpu")
-    assert plan.request["objects"][0]["spec"]["runtimeRef"]["name"] == "team-torch"
+    assert plan.request.objects[0]["spec"]["runtimeRef"]["name"] == "team-torch"
     assert any("kubectl delete trainjob" in n for n in plan.notices)  # no TTL on a TrainJob: said
     assert KubeOptions.from_env({"NBTRAIN_K8S_TRAINJOB_RUNTIME": "nbtrain-torch"}).trainjob_runtime == "nbtrain-torch"
 

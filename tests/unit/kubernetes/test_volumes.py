@@ -29,7 +29,7 @@ def test_every_pod_of_every_flavor_mounts_each_claim_and_checkpoints_on_the_volu
                                                                                    flavor: str) -> None:
     plan = make_plan(flavor=flavor, nodes=2, volumes=("training-data:/data", "hf-cache:/cache/hf"), max_restarts=1,
                      keep_checkpoints=4)
-    pods = list(pod_specs(plan.request["objects"][0]))
+    pods = list(pod_specs(plan.request.objects[0]))
     assert pods
     for pod in pods:
         claims = {v["name"]: v["persistentVolumeClaim"]["claimName"] for v in pod["volumes"]
@@ -45,12 +45,12 @@ def test_every_pod_of_every_flavor_mounts_each_claim_and_checkpoints_on_the_volu
 
 def test_checkpoint_dir_under_a_volume_is_the_runs_checkpoint_root(make_plan: MakePlan) -> None:
     plan = make_plan(volumes=("training-data:/data",), checkpoint_dir="/data/runs/ckpt")
-    for pod in pod_specs(plan.request["objects"][0]):
+    for pod in pod_specs(plan.request.objects[0]):
         assert _env(pod["containers"][0])["NBTRAIN_CHECKPOINT_DIR"] == "/data/runs/ckpt/digits-3fa9c2"
 
 
 def test_without_a_volume_pods_get_no_checkpoint_directory(make_plan: MakePlan) -> None:
-    for pod in pod_specs(make_plan().request["objects"][0]):
+    for pod in pod_specs(make_plan().request.objects[0]):
         assert "NBTRAIN_CHECKPOINT_DIR" not in _env(pod["containers"][0])
         assert not any("persistentVolumeClaim" in v for v in pod["volumes"])
 
