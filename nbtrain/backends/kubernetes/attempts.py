@@ -18,12 +18,8 @@ The run record keeps its first handle, as with the local backend, whose status a
 
 from __future__ import annotations
 
-import fcntl
 import json
-import os
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +27,7 @@ from nbtrain.backends.base import RunHandle
 from nbtrain.backends.kubernetes.files import AttemptFiles
 from nbtrain.errors import NbtrainError
 from nbtrain.events import EventKind, EventWriter
+from nbtrain.filelock import try_locked
 from nbtrain.model import RunState
 from nbtrain.store import write_json_atomic
 
@@ -57,28 +54,13 @@ def _read_handle(backend: KubernetesBackend, run_id: str, attempt: int) -> RunHa
     return RunHandle(backend.name, run_id, data) if isinstance(data, dict) else None
 
 
-@contextmanager
-def _claimed(root: Path, *, wait: bool = False) -> Iterator[bool]:
+def _claimed(root: Path, *, wait: bool = False) -> AbstractContextManager[bool]:
     """Hold the restart claim of the failed attempt in ``root`` (True), or False while another process holds it
     (``wait``: until it lets go, at most :data:`CLAIM_WAIT_S`).
 
-    The lock goes with the descriptor: released on leaving, or when the holder dies.
+    The lock goes with the descriptor: released on leaving, or when the holder dies (:mod:`nbtrain.filelock`).
     """
-    fd = os.open(root / CLAIM_FILE, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        deadline = time.monotonic() + (CLAIM_WAIT_S if wait else 0.0)
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    yield False
-                    return
-                time.sleep(0.1)
-        yield True
-    finally:
-        os.close(fd)
+    return try_locked(root / CLAIM_FILE, wait_s=CLAIM_WAIT_S if wait else 0.0)
 
 
 def _due(backend: KubernetesBackend, failed: RunHandle) -> bool:

@@ -17,8 +17,9 @@ from __future__ import annotations
 import functools
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -29,6 +30,7 @@ from nbtrain.backends.kubernetes import names as nm
 from nbtrain.backends.kubernetes import trainjob as tj
 from nbtrain.backends.kubernetes.api import KubeApi, kubeconfig_namespace
 from nbtrain.backends.kubernetes.attempts import cancel_restart, follow, write_handle
+from nbtrain.backends.kubernetes.checks import doctor_checks, export_check
 from nbtrain.backends.kubernetes.config import KubeOptions
 from nbtrain.backends.kubernetes.files import AttemptFiles, write_private_text
 from nbtrain.backends.kubernetes.leftovers import delete_leftover
@@ -45,6 +47,9 @@ from nbtrain.events import new_event_key
 from nbtrain.model import Batch, Failure, RunState, RunStatus
 from nbtrain.spec import JobSpec
 from nbtrain.store import Store
+
+if TYPE_CHECKING:
+    from nbtrain.doctor import Check
 
 __all__ = ["KubernetesBackend", "stop_mirrors"]
 
@@ -97,7 +102,7 @@ class KubernetesBackend(StoreBackedBackend):
         return None
 
     def _plan(self, spec: JobSpec, bundle_dir: str, bundle_digest: str, run_id: str, *, attempt: int = 0,
-              restart_budget: int | None = None) -> Plan:
+              restart_budget: int | None = None) -> Plan[KubernetesRequest]:
         """Build the manifests of ``spec`` (no API call; reads the kubeconfig for its namespace).
 
         Raises SpecError for what the cluster would refuse: no image, invalid names or quantities, a ``--volume``
@@ -136,7 +141,7 @@ class KubernetesBackend(StoreBackedBackend):
         return Plan(self.name, run_id, spec, bundle_digest, bundle_dir, request, tuple(notices), attempt)
 
     def plan_restart(self, spec: JobSpec, bundle_dir: str, bundle_digest: str, run_id: str, *, attempt: int,
-                     restart_budget: int, previous: Any = None) -> Plan:
+                     restart_budget: int, previous: Any = None) -> Plan[KubernetesRequest]:
         """The plan of an automatic restart (:mod:`.attempts`): the same checkpoint root, the original budget."""
         from nbtrain.flags import check_supported
 
@@ -144,7 +149,7 @@ class KubernetesBackend(StoreBackedBackend):
         return self._plan(spec, bundle_dir, bundle_digest, run_id, attempt=attempt, restart_budget=restart_budget)
 
     # -- I/O ------------------------------------------------------------------------------------
-    def submit(self, plan: Plan, *, dry_run: bool = False) -> RunHandle:
+    def submit(self, plan: Plan[Any], *, dry_run: bool = False) -> RunHandle:
         """Create the workload, then what it owns (ownerReferences from its uid); start following it.
 
         A fresh event key is made first and kept in the attempt directory (``event.key``, 0600); the
@@ -248,6 +253,20 @@ class KubernetesBackend(StoreBackedBackend):
     def cursor(self, handle: RunHandle) -> _KubeCursor:
         """A cursor over every attempt's mirrored events and rank logs, from the beginning."""
         return _KubeCursor(self, handle)
+
+    # -- hooks (see Backend) ---------------------------------------------------------------------
+    def close(self, timeout_s: float = 10.0) -> None:
+        """Stop every mirror this process runs and wait (``timeout_s`` in all) for its threads; the runs go on, and
+        the next process that follows one takes its mirror over (the lock goes with this process's descriptor)."""
+        stop_mirrors(timeout_s)
+
+    def doctor_checks(self, settings: Mapping[str, Any]) -> list[Check]:
+        """Where this process would reach a cluster from (``settings`` unused): see :func:`.checks.doctor_checks`."""
+        return doctor_checks()
+
+    def check_export(self, spec: JobSpec, bundle: Any) -> str | None:
+        """The job's manifests rendered and schema-checked: see :func:`.checks.export_check`."""
+        return export_check(self, spec, bundle)
 
     def before_log_read(self, handle: RunHandle) -> None:
         """A finished pod's log is copied into the store first (bounded wait)."""

@@ -22,7 +22,6 @@ the two can at worst copy one batch twice; a broken stream never loses or repeat
 from __future__ import annotations
 
 import errno
-import fcntl
 import json
 import os
 import threading
@@ -33,6 +32,7 @@ from typing import Any
 from nbtrain.backends.kubernetes.lines import Record
 from nbtrain.backends.storecursor import tail_lines
 from nbtrain.events import Event, decode_event_key, encode_event_key, read_events
+from nbtrain.filelock import FileLock
 from nbtrain.store import PRIVATE_FILE, private_dir, read_json
 
 __all__ = ["KEY_FILE", "AttemptFiles", "tail_lines", "write_private_text"]
@@ -67,7 +67,7 @@ class AttemptFiles:
         self.logs_dir = root / "logs"
         self._lock = threading.Lock()
         self._fds: dict[Path, int] = {}
-        self._lock_fd = -1
+        self._mirror_lock = FileLock(root / "mirror.lock")  # held by the one mirroring process
         self.positions: dict[str, dict[str, Any]] = {}
         self.seen: set[tuple[str, int, int]] = set()
         self.disk_full: str | None = None  # the first path a write failed on for lack of space
@@ -76,14 +76,7 @@ class AttemptFiles:
     def try_lock(self) -> bool:
         """Become the one mirroring process of this attempt (False: another process is)."""
         private_dir(self.root)
-        fd = os.open(self.root / "mirror.lock", os.O_RDWR | os.O_CREAT, PRIVATE_FILE)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(fd)
-            return False
-        self._lock_fd = fd
-        return True
+        return self._mirror_lock.acquire(blocking=False)
 
     def release(self) -> None:
         """Close every file and give up the lock."""
@@ -91,9 +84,7 @@ class AttemptFiles:
             for fd in self._fds.values():
                 os.close(fd)
             self._fds.clear()
-            if self._lock_fd >= 0:
-                os.close(self._lock_fd)
-                self._lock_fd = -1
+            self._mirror_lock.release()
 
     # -- the event key --------------------------------------------------------------------------
     def write_key(self, key: bytes) -> None:
