@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nbtrain.bundle.model import Bundle
+from nbtrain.contract import describe_request
 from nbtrain.errors import NbtrainError, SpecError
 from nbtrain.spec import JobSpec
 
@@ -62,7 +63,7 @@ def manifest_yaml(spec: JobSpec, bundle: Bundle, flavor: str | None = None, *, b
         import yaml
 
         return str(yaml.safe_dump_all(list(objects), sort_keys=False, default_flow_style=False, width=120))
-    describe = getattr(plan.request, "describe", None)
+    describe = describe_request(plan.request)
     if not isinstance(describe, str):
         raise SpecError(f"the kubernetes backend's plan for flavor {chosen!r} has no YAML to show.")
     return describe
