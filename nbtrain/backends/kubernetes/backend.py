@@ -255,11 +255,6 @@ class KubernetesBackend(StoreBackedBackend):
         return _KubeCursor(self, handle)
 
     # -- hooks (see Backend) ---------------------------------------------------------------------
-    def close(self, timeout_s: float = 10.0) -> None:
-        """Stop every mirror this process runs and wait (``timeout_s`` in all) for its threads; the runs go on, and
-        the next process that follows one takes its mirror over (the lock goes with this process's descriptor)."""
-        stop_mirrors(timeout_s)
-
     def doctor_checks(self, settings: Mapping[str, Any]) -> list[Check]:
         """Where this process would reach a cluster from (``settings`` unused): see :func:`.checks.doctor_checks`."""
         return doctor_checks()
