@@ -106,4 +106,3 @@ def test_every_tracker_holds_what_the_monitor_shows(trackers_env: str, shell: An
         assert [(r["_step"], pytest.approx(r["loss"])) for r in rows] == shown, run_dir
     plugin_files = found[plugin_id] / "files"
     assert (plugin_files / "extra" / "notes.txt").read_text() == "hello from rank 0"
-    assert "lr:" in (plugin_files / "config.yaml").read_text()
