@@ -7,8 +7,6 @@ import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from nbtrain.spec import JobSpec
-
 __all__ = ["distributed"]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -22,20 +20,27 @@ def _history() -> list[str]:
 
 
 def distributed(
-    fn: Callable[..., Any] | None = None, *, store: Any = None, block: bool = False, **spec_options: Any
+    fn: Callable[..., Any] | None = None, *, store: Any = None, block: bool = False, **options: Any
 ) -> Any:
     """Decorate a function so that calling it submits a gang and returns a :class:`~nbtrain.client.Run`.
 
-    ``spec_options`` are :class:`~nbtrain.spec.JobSpec` fields, with ``gpus`` accepted for
-    ``procs_per_node`` (``@distributed(nodes=2, gpus=2)``). ``run.result()`` is rank 0's return value.
-    Bad options raise SpecError at decoration time, before anything runs.
+    ``options`` are the job options of ``%%distributed`` as keywords: a flag's name with underscores
+    (``@distributed(nodes=2, gpus=2, max_restarts=1)``, ``profile="team"``) or a JobSpec field
+    (``procs_per_node=2``). They resolve through the magic's one path
+    (:func:`nbtrain.profiles.apply.resolve_args`): the defaults and the environment's (``NBTRAIN_BACKEND``...),
+    then the profile (its locks hold), then these options; the job's name defaults to the function's.
+    ``run.result()`` is rank 0's return value. Bad options, an unknown profile and an option changing a
+    locked value raise SpecError at decoration time, before anything runs.
     """
-    if "gpus" in spec_options:
-        spec_options["procs_per_node"] = spec_options.pop("gpus")
 
     def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
-        options = {"name": func.__name__, **spec_options}
-        spec = JobSpec(**options)
+        from nbtrain.flags import default_spec
+        from nbtrain.profiles.apply import environment_sources, keyword_namespace, resolve_args
+
+        where = f"@nbtrain.distributed on {func.__name__}"
+        resolved = resolve_args(keyword_namespace(options, where), base=default_spec().with_changes(name=func.__name__),
+                                base_sources=environment_sources())
+        spec = resolved.spec
 
         @functools.wraps(func)
         def submit(*args: Any, **kwargs: Any) -> Any:
@@ -47,7 +52,8 @@ def distributed(
                 options=CaptureOptions(max_pickle_bytes=int(spec.max_capture_mb * 1024 * 1024),
                                        allow_secrets=spec.allow_secrets),
             )
-            run = submit_bundle(bundle, spec, store=store, kind="function")
+            run = submit_bundle(bundle, spec, store=store, kind="function",
+                                profile=resolved.profile.label if resolved.profile is not None else None)
             if block:
                 run.wait()
             return run

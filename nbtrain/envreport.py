@@ -2,7 +2,7 @@
 
 At submit, after the gang has been started (so the scan overlaps the ranks' start-up), the run's directory gets
 ``submitter-env.json``: Python, torch and accelerate versions (from package metadata: nothing is imported), CUDA,
-NCCL and driver versions when torch is already imported here (left out otherwise), and the installed packages — the same fields the
+NCCL and CUDA driver API versions when torch is already imported here (left out otherwise), and the installed packages — the same fields the
 ranks report in their ``env`` event (:func:`nbtrain.runtime.worker.environment_report`).
 """
 

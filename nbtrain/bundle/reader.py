@@ -20,6 +20,7 @@ __all__ = [
     "MANIFEST_NAME",
     "RESULT_NAME",
     "canonical_manifest_bytes",
+    "cell_line",
     "manifest_digest",
     "sha256_hex",
     "verify_bundle",
@@ -35,6 +36,21 @@ _FIX = (
     "The bundle was changed after it was written, or copied incompletely. Delete the directory and "
     "run the cell again to rebuild it."
 )
+
+
+def cell_line(manifest: Mapping[str, Any], main_line: int) -> int | None:
+    """The notebook cell's line number of line ``main_line`` of the bundle's main.py, or None when that line is
+    not in the cell's part (imports and definitions nbtrain wrote above it) or the bundle is not a cell's.
+
+    The one owner of the map: the manifest's ``cell`` says where the cell starts in main.py (``main_line``) and
+    how many editor lines precede the body (``line_offset``: 1 for the ``%%distributed`` line). Failure
+    tracebacks and hang stacks both say ``[cell line N]`` through it.
+    """
+    cell = manifest.get("cell") or {}
+    start = cell.get("main_line") if isinstance(cell, Mapping) else None
+    if not isinstance(start, int) or start <= 0 or main_line < start:
+        return None
+    return int(main_line - start + 1 + int(cell.get("line_offset", 1)))
 
 
 def canonical_manifest_bytes(manifest: Mapping[str, Any]) -> bytes:

@@ -13,7 +13,7 @@ from nbtrain.backends import get_backend
 from nbtrain.backends.base import Backend, Plan
 from nbtrain.client import launch
 from nbtrain.client.run import Run
-from nbtrain.errors import NbtrainError
+from nbtrain.errors import RunNotFoundError
 from nbtrain.model import RunState
 from nbtrain.spec import JobSpec
 from nbtrain.store import Store
@@ -88,7 +88,7 @@ def rerun(run_id: str | None = None, *, store: Store | None = None,
     if run_id is None:
         failed = [r for r in runs(store=store) if r.status() is RunState.FAILED]
         if not failed:
-            raise NbtrainError("there is no failed run to re-run; name one: %nbtrain rerun RUN.")
+            raise RunNotFoundError("there is no failed run to re-run; name one: nbtrain rerun RUN (%nbtrain rerun RUN).")
         source = failed[0]
     else:
         source = attach(run_id, store=store, watch=False)

@@ -1,6 +1,7 @@
 """``nbtrain env-diff RUN`` / ``%nbtrain env-diff RUN``: how the ranks' environments differ from this process's.
 
-Each rank reports its environment when it starts (an ``env`` event: python, torch, accelerate, CUDA, NCCL, driver,
+Each rank reports its environment when it starts (an ``env`` event: python, torch, accelerate, CUDA runtime, NCCL,
+the CUDA driver API version (``driver``: what the installed NVIDIA driver supports, not the driver's own version),
 device; the installed packages once per node, from local rank 0). This command compares them with the submitting
 process's, recorded at submit (:mod:`nbtrain.envreport`), or — for a run submitted before that was recorded — with
 the process running it (the kernel for ``%nbtrain env-diff``, the ``nbtrain`` interpreter in a terminal), and with
@@ -16,11 +17,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["FIELDS", "MAGIC_USAGE", "Difference", "env_diff", "environment_here", "register", "register_magic",
+__all__ = ["FIELDS", "LABELS", "MAGIC_USAGE", "Difference", "env_diff", "environment_here", "register", "register_magic",
            "render"]
 
 #: The version fields compared (package versions are compared separately).
 FIELDS = ("python", "torch", "accelerate", "cuda", "nccl", "driver", "device")
+#: How a line names a field, where its key says too little (``driver`` is cudaDriverGetVersion's number, e.g. 12040:
+#: the CUDA version the NVIDIA driver supports, shown as 12.4; the driver's own release is not reported).
+LABELS = {"cuda": "CUDA runtime", "nccl": "NCCL", "driver": "CUDA driver API"}
 #: Fields that legitimately differ between ranks and the kernel or between ranks (the kernel runs no GPU rank).
 _PER_RANK = ("device",)
 
@@ -41,12 +45,16 @@ class Difference:
         groups: dict[str | None, list[int]] = {}
         for rank, value in sorted(self.ranks.items()):
             groups.setdefault(value, []).append(rank)
-        there = "; ".join(f"{_show(value)} on {_ranks(ranks)}" for value, ranks in groups.items())
-        return f"{self.what}: {_show(self.here)} {where}; {there}"
+        there = "; ".join(f"{_show(self.what, value)} on {_ranks(ranks)}" for value, ranks in groups.items())
+        return f"{LABELS.get(self.what, self.what)}: {_show(self.what, self.here)} {where}; {there}"
 
 
-def _show(value: str | None) -> str:
-    return "absent" if value is None else value
+def _show(what: str, value: str | None) -> str:
+    if value is None:
+        return "absent"
+    if what == "driver" and value.isdigit():  # cudaDriverGetVersion: 1000 * major + 10 * minor
+        return f"{int(value) // 1000}.{int(value) % 1000 // 10}"
+    return value
 
 
 def _ranks(ranks: list[int]) -> str:

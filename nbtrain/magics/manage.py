@@ -1,4 +1,5 @@
-"""``%nbtrain SUBCOMMAND``: runs, status, logs, cancel, attach, resume, rerun, gangs, gang stop, doctor, export."""
+"""``%nbtrain SUBCOMMAND``: runs, status, logs, cancel, attach, resume, gangs, gang stop, doctor, export; the
+subcommands of :mod:`nbtrain.commands` modules (rerun, debug, validate, ...) join them."""
 
 from __future__ import annotations
 
@@ -23,9 +24,6 @@ USAGE = """%nbtrain SUBCOMMAND ...
   cancel RUN                end every process of a run
   attach RUN [--out NAME]   rebuild the handle of a run (e.g. after a kernel restart)
   resume RUN [--out NAME]   relaunch a run from its latest checkpoint (a new attempt)
-  rerun [RUN] [--out NAME] [--nodes N --gpus N ...]
-                            run the last failed run (or RUN) again from scratch, same code;
-                            job options given override its spec
   gangs                     list warm gangs (shape, state, idle time, memory, generation, last recycle)
   gang stop [GANG]          end a warm gang (default: every warm gang)
   doctor                    check torch, accelerate, devices and the run store
@@ -62,12 +60,6 @@ def _parser() -> _Parser:
     resume = sub.add_parser("resume", add_help=False)
     resume.add_argument("run")
     resume.add_argument("--out", default=None)
-    rerun = sub.add_parser("rerun", add_help=False)
-    rerun.add_argument("run", nargs="?", default=None)
-    rerun.add_argument("--out", default=None)
-    from nbtrain import flags
-
-    flags.add_arguments(rerun, "magic", spec_only=True)  # overrides: %nbtrain rerun RUN --nodes 1 --gpus 2
     export = sub.add_parser("export", add_help=False)
     export.add_argument("--out", default=None)
     export.add_argument("--cell", default="last")
@@ -121,11 +113,6 @@ class ManageMagics(Magics):
             if args.command == "export":
                 print(self._export(args).summary())
                 return None
-            if args.command == "rerun":
-                from nbtrain.flags import given_options, spec_from_namespace
-
-                overrides = (lambda spec: spec_from_namespace(args, base=spec)) if given_options(args) else None
-                return self._show(client.rerun(args.run, spec=overrides), args.out, "started")
             run = client.attach(args.run, watch=args.command == "attach")
             if args.command == "resume":
                 return self._show(run.resume(), args.out, f"resumed as attempt {run.record.latest_attempt}")

@@ -3,21 +3,24 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from nbtrain.errors import SpecError
 from nbtrain.flags.parse import default_spec
 from nbtrain.flags.table import OPTIONS
 from nbtrain.profiles.load import load_catalog
-from nbtrain.profiles.model import Profile
+from nbtrain.profiles.model import Profile, namespace_of
 from nbtrain.profiles.resolve import TOML, Resolved, resolve
 from nbtrain.spec import JobSpec
 from nbtrain.tomlfile import read_toml
 
 __all__ = [
-    "check_recorded_locks", "environment_sources", "job_sources", "recorded_profile", "resolve_args", "toml_sources",
+    "check_recorded_locks", "environment_sources", "job_sources", "keyword_namespace", "recorded_profile", "resolve_args",
+    "toml_sources",
 ]
 
 
@@ -68,6 +71,43 @@ def resolve_args(args: argparse.Namespace, *, base: JobSpec | None = None,
     return resolve(base, args, profile, base_sources)
 
 
+def keyword_namespace(options: Mapping[str, Any], where: str) -> argparse.Namespace:
+    """A Namespace as if the keyword ``options`` of the function form (``@nbtrain.distributed(gpus=2, ...)``) had been
+    typed as flags, for :func:`resolve_args`: the magic's and the CLI's one path (environment, profile, locks).
+
+    A key is a flag's name with underscores (``gpus=2``, ``max_restarts=1``, ``no_tracking=True``,
+    ``env={"A": "1"}``) or a JobSpec field (``procs_per_node=2``, ``timeout_s=60``, ``tracking=False``);
+    ``profile="NAME"`` is ``--profile NAME``. Values take the types nbtrain.toml gives them (a tuple works as a
+    list). Raises SpecError starting with ``where`` for an unknown key (naming close matches) or a wrong type.
+    """
+    by_flag = {o.flag[2:].replace("-", "_"): o for o in OPTIONS if o.field is not None}
+    by_field = {o.field: o for o in OPTIONS if o.field is not None}
+    values: dict[str, Any] = {}
+    profile = None
+    for key, value in options.items():
+        if key == "profile":
+            profile = value
+            continue
+        option = by_flag.get(key)
+        if option is None and key in by_field:  # a JobSpec field: a switch's field may mean the flag's opposite
+            option = by_field[key]
+            if option.kind == "switch" and isinstance(value, bool):
+                value = value != option.default
+        if option is None:
+            close = difflib.get_close_matches(key, [*by_flag, "profile"], n=2)
+            hint = f" Did you mean {' or '.join(close)}?" if close else ""
+            raise SpecError(f"{where}: unknown option {key!r}.{hint} Options are the flags of %%distributed with "
+                            "underscores (gpus=2, max_restarts=1, no_tracking=True) or JobSpec fields; docs/options.md "
+                            "lists them.")
+        values[option.flag] = list(value) if isinstance(value, tuple) else value
+    namespace = namespace_of(values, where)
+    if profile is not None:
+        if not isinstance(profile, str):
+            raise SpecError(f"{where}: profile={profile!r}: give the profile's name as a string, e.g. profile=\"team\".")
+        namespace.profile = profile
+    return namespace
+
+
 def recorded_profile(path: Path) -> str | None:
     """The profile a job directory's nbtrain.toml records (``"NAME VERSION"``, ``[source] profile``), if any."""
     try:
@@ -80,7 +120,6 @@ def recorded_profile(path: Path) -> str | None:
 
 def _with_recorded_locks(base: JobSpec, args: argparse.Namespace, recorded: str, profiles: Mapping[str, Profile],
                          base_sources: Mapping[str, str] | None, toml: Path) -> Resolved:
-    from nbtrain.errors import SpecError
     from nbtrain.profiles.locks import installed_profile, lock_mismatches, locks_only
 
     where = f"{toml} ([source] profile = {recorded!r})"

@@ -91,7 +91,8 @@ def environment_report() -> dict[str, Any]:
 
 
 def _cuda_report() -> dict[str, Any]:
-    """CUDA runtime, NCCL and driver versions as torch sees them (None where there is no CUDA)."""
+    """CUDA runtime, NCCL and CUDA driver API versions as torch sees them (None where there is no CUDA). ``driver``
+    is cudaDriverGetVersion's number (12040: the CUDA version the NVIDIA driver supports), not the driver's release."""
     cuda = nccl = driver = None
     torch = sys.modules.get("torch")
     if torch is not None:
@@ -138,17 +139,13 @@ def _heartbeat(ctx: context.WorkerContext, period: float, stop: threading.Event,
 
 def _cell_line(manifest: dict[str, Any], tb: BaseException, main_path: str) -> int | None:
     """The user's cell line of the innermost main.py frame of ``tb``, when the error came from the cell."""
-    cell = manifest.get("cell") or {}
-    main_line = cell.get("main_line")
-    if not main_line:
-        return None
+    from nbtrain.bundle.reader import cell_line
+
     line = None
     for frame, lineno in traceback.walk_tb(tb.__traceback__):
         if frame.f_code.co_filename == main_path:
             line = lineno
-    if line is None or line < main_line:
-        return None
-    return int(line - main_line + 1 + int(cell.get("line_offset", 1)))
+    return cell_line(manifest, line) if line is not None else None
 
 
 def run_bundle(bundle_dir: Path, ctx: context.WorkerContext) -> tuple[bool, Any]:
@@ -191,19 +188,17 @@ def _user_traceback(error: BaseException) -> str:
 
 def _annotate(text: str, manifest: dict[str, Any], main_path: str) -> str:
     """Add the user's cell line to every traceback line that points into the cell's part of main.py."""
-    cell = manifest.get("cell") or {}
-    main_line, offset = cell.get("main_line"), int(cell.get("line_offset", 1) or 1)
-    if not main_line:
-        return text
+    from nbtrain.bundle.reader import cell_line
+
     marker = f'File "{main_path}", line '
     out = []
     for line in text.splitlines(keepends=True):
         at = line.find(marker)
         if at >= 0:
             digits = line[at + len(marker):].split(",", 1)[0].strip()
-            if digits.isdigit() and int(digits) >= int(main_line):
-                cell_line = int(digits) - int(main_line) + 1 + offset
-                line = line.rstrip("\n") + f"  [cell line {cell_line}]\n"
+            where = cell_line(manifest, int(digits)) if digits.isdigit() else None
+            if where is not None:
+                line = line.rstrip("\n") + f"  [cell line {where}]\n"
         out.append(line)
     return "".join(out)
 

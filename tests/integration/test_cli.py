@@ -138,6 +138,8 @@ def test_bad_input_gets_one_line_and_exit_code_2(home: Path, tmp_path: Path) -> 
         (("logs", "nope-000000"), "logs", "no run 'nope-000000'"),
         (("cancel", "nope-000000"), "cancel", "no run 'nope-000000'"),
         (("resume", "nope-000000"), "resume", "no run 'nope-000000'"),
+        (("rerun", "nope-000000"), "rerun", "no run 'nope-000000'"),
+        (("rerun",), "rerun", "there is no failed run to re-run; name one: nbtrain rerun RUN"),
         (("submit", str(tmp_path / "absent")), "submit", "is missing, not a job directory"),
         (("submit", str(tmp_path)), "submit", "not an nbtrain job directory (no nbtrain.toml)"),
         (("submit", str(job), "--param", "EPOCHS=3"), "submit", "no parameter 'EPOCHS'; parameters: GREETING"),
@@ -186,7 +188,7 @@ def test_doctor_json(home: Path) -> None:
     assert "store" in nbtrain("doctor").stdout
 
 
-def test_failed_run_exit_code_and_reason(home: Path, tmp_path: Path) -> None:
+def test_failed_run_exit_code_and_reason_then_rerun(home: Path, tmp_path: Path) -> None:
     job = export(tmp_path, "broken", FAILING)
     done = nbtrain("submit", str(job), "--wait", "--json")
     assert done.returncode == 1
@@ -198,6 +200,15 @@ def test_failed_run_exit_code_and_reason(home: Path, tmp_path: Path) -> None:
     assert f"run {run_id} failed: rank 1" in reason and "ValueError: rank one refuses" in reason
     status = json.loads(done.stdout[done.stdout.index("{"):])
     assert status["state"] == "failed" and status["failed_rank"] == 1 and status["failure_detail"]["rank"] == 1
+
+    # `nbtrain rerun` (as `%nbtrain rerun`): the newest failed run again as a new run, its options overridden; with
+    # one process there is no rank 1 to fail
+    again = nbtrain("rerun", "--gpus", "1", "--wait", "--json")
+    assert again.returncode == 0, again.stderr
+    rerun_id = again.stdout.split(":")[0]
+    assert rerun_id != run_id and again.stdout.startswith(f"{rerun_id}: started, a rerun of {run_id} (1 node(s) x 1")
+    rerun = json.loads(again.stdout[again.stdout.index("{"):])
+    assert rerun["state"] == "succeeded" and rerun["spec"]["procs_per_node"] == 1
 
 
 def _wait_for(predicate: Any, timeout: float = 60) -> None:

@@ -111,6 +111,9 @@ def test_a_rank_stuck_outside_a_collective_is_reported_then_ends_the_run_with_bo
     rank0, rank1 = stacks.split("rank 1:", 1)[0], stacks.split("rank 1:", 1)[1]
     assert "in all_reduce" in rank0  # rank 0's main thread is inside torch's all_reduce
     assert "main.py" in rank1 and "outside any collective" in rank1  # rank 1 sits in the cell's own code
+    # as a failure traceback reads: the cell's line and its text, not main.py's line alone
+    assert "[cell line 11]" in rank1 and "time.sleep(300)" in rank1, rank1
+    assert "[cell line 12]" in rank0 and "dist.all_reduce(t)" in rank0, rank0
     assert run.status() is RunState.FAILED
 
 

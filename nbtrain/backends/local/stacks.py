@@ -4,19 +4,30 @@ Each rank registers faulthandler on ``SIGUSR2`` at start-up and says so in its R
 and host). faulthandler's handler is C, so the dump is written even when the rank's main thread holds the GIL in
 a C call and no Python thread of it can run. The supervisor writes the header the triage looks for into the
 rank's log (the dump itself cannot carry one), then sends the signal; the rank appends its stacks below it.
+
+faulthandler writes frames as ``File "…/main.py", line 12 in <module>``: no source text, and main.py's own line
+numbers. :func:`collect` reads them as a failure traceback reads: each frame with its source line, and a frame
+in the cell's part of a bundle's main.py with ``[cell line N]`` (the manifest beside it has the line map).
 """
 
 from __future__ import annotations
 
+import json
+import linecache
 import os
+import re
 import socket
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from nbtrain.bundle.reader import MANIFEST_NAME, cell_line
 from nbtrain.runtime import watchdog
 from nbtrain.runtime.progress import STACKS_HEADER
 
-__all__ = ["Listener", "collect", "listener", "render", "request_stacks"]
+__all__ = ["Listener", "annotate", "collect", "listener", "render", "request_stacks"]
+
+_FRAME = re.compile(r'^(?P<indent>\s*)File "(?P<path>[^"]+)", line (?P<line>\d+) in .*$')
 
 
 @dataclass(frozen=True)
@@ -65,7 +76,39 @@ def collect(logs_dir: Path, ranks: tuple[int, ...] | list[int], *, lines: int = 
     from nbtrain.backends.storecursor import tail_lines
 
     found = {r: triage.stack_dump(tail_lines(logs_dir / f"rank-{r}.log", lines)) for r in ranks}
-    return {r: dump for r, dump in found.items() if dump}
+    return {r: annotate(dump) for r, dump in found.items() if dump}
+
+
+def annotate(dump: str) -> str:
+    """``dump`` (faulthandler's frames) with the source line under each frame whose file is readable here, and
+    ``[cell line N]`` on each frame in the cell's part of a bundle's main.py (as failure tracebacks show them)."""
+    manifests: dict[Path, Any] = {}
+    out = []
+    for text in dump.splitlines():
+        match = _FRAME.match(text)
+        if match is None:
+            out.append(text)
+            continue
+        path, number = Path(match["path"]), int(match["line"])
+        if path.parent not in manifests:
+            manifests[path.parent] = _manifest(path)
+        manifest = manifests[path.parent]
+        where = cell_line(manifest, number) if manifest else None
+        out.append(text + (f"  [cell line {where}]" if where is not None else ""))
+        source = linecache.getline(str(path), number).strip()
+        if source:
+            out.append(f"{match['indent']}    {source}")
+    return "\n".join(out)
+
+
+def _manifest(path: Path) -> Any:
+    """The manifest of the bundle whose entry file ``path`` is, else None (another file, or not readable)."""
+    try:
+        manifest = json.loads((path.parent / MANIFEST_NAME).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    entry = manifest.get("entry", "main.py") if isinstance(manifest, dict) else None
+    return manifest if entry == path.name else None
 
 
 def render(dumps: dict[int, str]) -> str:

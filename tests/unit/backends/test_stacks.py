@@ -75,3 +75,32 @@ def test_a_reused_pid_is_not_signalled(tmp_path: Path) -> None:
     finally:
         other.kill()
         other.wait()
+
+
+def test_frames_in_the_cell_read_as_a_failure_traceback_does(tmp_path: Path) -> None:
+    """faulthandler prints `File "…/main.py", line N in <module>`: the cell's line and its text are added."""
+    from nbtrain.bundle import capture_cell
+
+    cell = "import time\nx = 1\ntime.sleep(300)  # stuck here\nx = 2\n"
+    bundle = capture_cell(cell, {"__name__": "__main__"}, cell_line_offset=1)
+    directory = bundle.write(tmp_path / "bundles")
+    main = directory / "main.py"
+    main_line = bundle.manifest["cell"]["main_line"]
+    here = Path(__file__).resolve()
+    dump = "\n".join([
+        "[nbtrain] stacks of every thread of rank 1 (outside any collective, stalled; asked by the supervisor):",
+        "Current thread 0x00007f (most recent call first):",
+        f'  File "{main}", line {main_line + 2} in <module>',
+        f'  File "{main}", line 1 in <module>',  # nbtrain's own part of main.py: source, no cell line
+        f'  File "{here}", line 1 in <module>',  # another readable file: its source line
+        '  File "/nowhere/gone.py", line 7 in f',  # unreadable: as it was
+    ])
+    lines = stacks.annotate(dump).splitlines()
+    assert lines[:2] == dump.splitlines()[:2]
+    assert lines[2:4] == [f'  File "{main}", line {main_line + 2} in <module>  [cell line 4]',
+                          "      time.sleep(300)  # stuck here"]
+    own = lines.index(f'  File "{main}", line 1 in <module>')  # nbtrain's part of main.py: no cell line
+    assert lines[own + 1] == "      " + main.read_text().splitlines()[0].strip()
+    other = lines.index(f'  File "{here}", line 1 in <module>')
+    assert lines[other + 1].startswith('      """Stack dumps on request')
+    assert lines[-1] == '  File "/nowhere/gone.py", line 7 in f'
