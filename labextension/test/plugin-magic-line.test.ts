@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 
 import {
-  BACKENDS, DEFAULT_OPTIONS, LIMITS, loadsExtension, magicLine, readOptions, splitArgs, STRATEGIES, withMagicLine,
+  BACKENDS, DEFAULT_OPTIONS, isDistributedCell, LIMITS, loadsExtension, magicLine, readOptions, splitArgs, STRATEGIES, withMagicLine,
 } from "../src/plugin/magic-line";
 import { JOB_OPTIONS } from "../src/plugin/options.generated";
 
@@ -80,6 +80,15 @@ describe("the dialog's choices", () => {
     assert.deepEqual(JOB_OPTIONS.options["--volume"].backends, ["kubernetes"]);
     assert.deepEqual(JOB_OPTIONS.options["--hang-timeout"].backends, ["local", "slurm"]);
     assert.equal(JOB_OPTIONS.options["--name"].backends, null);
+  });
+});
+
+describe("isDistributedCell", () => {
+  it("is the cell export picks when the user is on it", () => {
+    assert.equal(isDistributedCell("%%distributed --nodes 2\nx = 1"), true);
+    assert.equal(isDistributedCell("  %%distributed"), true);
+    assert.equal(isDistributedCell("x = 1\n%%distributed"), false);
+    assert.equal(isDistributedCell("%%distributedx"), false);
   });
 });
 

@@ -81,9 +81,18 @@ describe("wire", () => {
     assert.equal(exportMessage("a.ipynb", { path: "a-job", files: ["train.py"] }), "Exported a.ipynb to a-job/: train.py");
   });
 
+  it("says which cell was exported, that the notebook was saved first, and the server's notes", () => {
+    const job = { path: "a-job", files: ["train.py"], cell: "cell 4 (id c4)", notes: ["2 %%distributed cells: exported the last."] };
+    assert.equal(exportMessage("a.ipynb", job, true),
+      "Saved a.ipynb, then exported cell 4 (id c4) of a.ipynb to a-job/: train.py 2 %%distributed cells: exported the last.");
+    assert.equal(exportMessage("a.ipynb", { ...job, notes: [] }), "Exported cell 4 (id c4) of a.ipynb to a-job/: train.py");
+  });
+
   it("parses export answers and errors", () => {
     assert.deepEqual(parseExportResult({ path: "nb-job", files: ["train.py", 3] }), { path: "nb-job", files: ["train.py"] });
     assert.equal(parseExportResult({ files: [] }), null);
+    assert.deepEqual(parseExportResult({ path: "nb-job", files: [], cell: "cell 2", notes: ["n", 1] }),
+      { path: "nb-job", files: [], cell: "cell 2", notes: ["n"] });
     assert.deepEqual(parseErrorBody({ error: "SpecError", message: "bad" }), { error: "SpecError", message: "bad" });
   });
 

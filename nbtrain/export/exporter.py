@@ -1,7 +1,7 @@
 """``jupyter nbconvert --to nbtrain NOTEBOOK.ipynb``: the notebook's job cell as a job directory.
 
-Registered under the ``nbconvert.exporters`` entry point ``nbtrain``, so it is also in JupyterLab's
-"Save and Export Notebook As" menu. nbconvert exporters return one body plus resources; the body is
+Registered under the ``nbconvert.exporters`` entry point ``nbtrain`` (JupyterLab's "Save and Export Notebook As"
+menu leaves it out: the lab plugin's ``nbtrain:export-notebook`` is the lab's one export command). nbconvert exporters return one body plus resources; the body is
 the job's README.md, written as ``<notebook>-job/README.md`` (the output "extension"), and every
 other file of the job directory travels in ``resources["outputs"]`` under ``<notebook>-job/``, which
 nbconvert's FilesWriter writes next to the notebook (and the server's download zips).

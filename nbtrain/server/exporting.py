@@ -99,7 +99,8 @@ def _inside(root: Path, relative: str, name: str) -> Path:
 
 
 def run_export(root_dir: str, request: ExportRequest) -> dict[str, Any]:
-    """Export ``request.path`` under ``root_dir`` to its job directory; ``{"path": relative dir, "files": [...]}``."""
+    """Export ``request.path`` under ``root_dir`` to its job directory; ``{"path": relative dir, "files": [...],
+    "cell": the cell exported ("cell 5 (id …)"), "notes": [what the user should know, e.g. which of several]}``."""
     from nbtrain.export import export_notebook
     from nbtrain.export.static import default_job_dir
 
@@ -124,4 +125,5 @@ def run_export(root_dir: str, request: ExportRequest) -> dict[str, Any]:
     job = export_notebook(notebook, out, **kwargs)
     directory = Path(getattr(job, "directory", out)).resolve()
     shown = directory.relative_to(root) if directory.is_relative_to(root) else directory
-    return {"path": str(shown), "files": sorted(p.name for p in directory.iterdir())}
+    return {"path": str(shown), "files": sorted(p.name for p in directory.iterdir()), "cell": job.cell,
+            "notes": list(job.job.notes)}

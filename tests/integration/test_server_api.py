@@ -199,6 +199,23 @@ async def test_export_a_notebook_to_a_job_directory(jp_fetch: Any, jp_root_dir: 
     result = json.loads(response.body)
     assert {"train.py", "nbtrain.toml", "requirements.txt", "README.md"} <= set(result["files"])
     assert (jp_root_dir / result["path"] / "train.py").is_file()
+    assert result["cell"].startswith("cell ") and result["notes"] == []  # which cell: the response says
+
+
+async def test_export_takes_the_cell_the_user_is_on(jp_fetch: Any, jp_root_dir: Path) -> None:
+    """The lab's export sends the active %%distributed cell's id: that cell, not the notebook's last."""
+    import nbformat
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    cells = [new_code_cell("%%distributed --name first\nprint(1)"), new_code_cell("%%distributed --name last\nprint(2)")]
+    nbformat.write(new_notebook(cells=cells), str(jp_root_dir / "two.ipynb"))
+    picked = json.loads((await jp_fetch("nbtrain", "export", method="POST",
+                                        body=json.dumps({"path": "two.ipynb", "cell": cells[0].id}))).body)
+    assert picked["cell"] == f"cell 1 (id {cells[0].id})" and picked["notes"] == []
+    assert 'name = "first"' in (jp_root_dir / picked["path"] / "nbtrain.toml").read_text()
+    default = json.loads((await jp_fetch("nbtrain", "export", method="POST", body=json.dumps({"path": "two.ipynb"}))).body)
+    assert default["cell"] == f"cell 2 (id {cells[1].id})"  # no cell sent: the last, and the note says so
+    assert default["notes"] and "exported the last" in default["notes"][0]
     with pytest.raises(tornado.httpclient.HTTPClientError) as caught:
         await jp_fetch("nbtrain", "export", method="POST", body=json.dumps({"path": "../outside.ipynb"}))
     assert caught.value.code == 400

@@ -81,8 +81,9 @@ export class NbtrainAPI {
   }
 
   /** Export the notebook at `path` (relative to the server root) to a job directory beside it. */
-  async exportNotebook(path: string): Promise<ExportResult> {
-    const body = await requestAPI(this.settings, ["export"], { method: "POST", body: JSON.stringify({ path }) });
+  async exportNotebook(path: string, cell?: string): Promise<ExportResult> {
+    const request = cell !== undefined ? { path, cell } : { path };
+    const body = await requestAPI(this.settings, ["export"], { method: "POST", body: JSON.stringify(request) });
     const result = parseExportResult(body);
     if (result === null) throw new ApiError(500, "BadResponse", "the export endpoint answered without a job directory.");
     return result;

@@ -15,7 +15,7 @@ import { DistributedForm, RunPicker } from "./dialogs";
 import { NO_MLFLOW_PAGE } from "../monitor/format";
 import { exportMessage, resumeCaption } from "./format";
 import { exportJobIcon, runDistributedIcon } from "./icons";
-import { loadsExtension, readLine, withMagicLine } from "./magic-line";
+import { isDistributedCell, loadsExtension, readLine, withMagicLine } from "./magic-line";
 import type { ProfileCatalog } from "./profiles";
 import { openMonitor } from "./monitor";
 import type { RunsModel } from "./runs-model";
@@ -119,15 +119,19 @@ async function runCellDistributed(context: CommandContext, panel: NotebookPanel)
 }
 
 async function exportNotebook(context: CommandContext, panel: NotebookPanel): Promise<void> {
-  // the server exports the file on disk: save first so the job is what the user sees
-  if (panel.context.model.dirty) await panel.context.save();
+  // the server exports the file on disk: save first so the job is what the user sees (and say so)
+  const saved = panel.context.model.dirty;
+  if (saved) await panel.context.save();
   const path = panel.context.path;
+  // the %%distributed cell the user is on; on another cell, the server's choice (the last), named in the message
+  const active = panel.content.activeCell;
+  const cell = active !== null && isDistributedCell(active.model.sharedModel.getSource()) ? active.model.id : undefined;
   const id = Notification.emit(`Exporting ${path} as a training job…`, "in-progress", { autoClose: false });
   try {
-    const job = await context.model.api.exportNotebook(path);
+    const job = await context.model.api.exportNotebook(path, cell);
     Notification.update({
       id,
-      message: exportMessage(path, job),
+      message: exportMessage(path, job, saved),
       type: "success",
       autoClose: 10000,
       actions: [
@@ -197,7 +201,7 @@ export function registerCommands(context: CommandContext): void {
 
   commands.addCommand(CommandIDs.exportNotebook, {
     label: "Export notebook as training job",
-    caption: "Write the notebook's %%distributed cell as a job directory (train.py, job spec, manifests) beside it",
+    caption: "Write the active %%distributed cell (else the notebook's last) as a job directory (train.py, job spec, manifests) beside it",
     icon: exportJobIcon,
     isEnabled: () => current() !== null,
     execute: async () => {

@@ -62,11 +62,13 @@ export function activeRunsText(count: number): string {
 const KEY_EXPORT_FILES = ["train.py", "README.md", "job.sbatch"];
 
 /** "Exported a.ipynb to a-job/: train.py, README.md, job.sbatch and 7 more" (the notification of an export). */
-export function exportMessage(notebook: string, job: ExportResult): string {
+export function exportMessage(notebook: string, job: ExportResult, saved = false): string {
   const key = KEY_EXPORT_FILES.filter((name) => job.files.includes(name));
   const more = job.files.length - key.length;
   const names = key.length > 0 ? key.join(", ") + (more > 0 ? ` and ${more} more` : "") : `${more} files`;
-  return `Exported ${notebook} to ${job.path}/: ${names}`;
+  const what = job.cell !== undefined ? `${job.cell} of ${notebook}` : notebook;
+  const notes = (job.notes ?? []).map((note) => ` ${note}`).join("");
+  return `${saved ? `Saved ${notebook}, then exported` : "Exported"} ${what} to ${job.path}/: ${names}${notes}`;
 }
 
 /** The Resume button's tooltip in the runs panel: what it does, or why it is disabled. */

@@ -19,6 +19,22 @@ import { RunsModel } from "./runs-model";
 import { ActiveRunsItem } from "./statusbar";
 
 const PALETTE_CATEGORY = "nbtrain";
+/** The nbconvert exporter's name (`jupyter nbconvert --to nbtrain`): kept off JupyterLab's export menu and palette. */
+const NBCONVERT_FORMAT = "nbtrain";
+
+/**
+ * One export command: `nbtrain:export-notebook`. JupyterLab lists every nbconvert exporter under "Save and Export
+ * Notebook As" (and in the palette), which would add nbtrain's exporter as a second, different export (a zip of the
+ * job directory downloaded, not written beside the notebook): the list the notebook extension reads leaves it out.
+ */
+function withoutNbconvertExporter(app: JupyterFrontEnd): void {
+  const nbconvert = app.serviceManager.nbconvert;
+  const formats = nbconvert.getExportFormats.bind(nbconvert);
+  nbconvert.getExportFormats = async (...args: Parameters<typeof formats>) => {
+    const all = await formats(...args);
+    return Object.fromEntries(Object.entries(all).filter(([name]) => name !== NBCONVERT_FORMAT));
+  };
+}
 
 function activate(
   app: JupyterFrontEnd,
@@ -27,6 +43,7 @@ function activate(
   statusBar: IStatusBar | null,
   restorer: ILayoutRestorer | null,
 ): void {
+  withoutNbconvertExporter(app);
   const api = new NbtrainAPI(app.serviceManager.serverSettings);
   const model = new RunsModel({ api });
   const panel = new RunsPanel(model, app.commands, () => api.stats());

@@ -180,6 +180,11 @@ export function withMagicLine(source: string, options: DistributedOptions, prese
   return rest === "" && !source.includes("\n") ? head : `${head}\n${rest}`;
 }
 
+/** True when the cell's source starts with a `%%distributed` line (a job cell `nbtrain export` can pick). */
+export function isDistributedCell(source: string): boolean {
+  return firstLine(source).isMagic;
+}
+
 /** True when some cell of the notebook loads the extension (`%load_ext nbtrain`). */
 export function loadsExtension(sources: readonly string[]): boolean {
   return sources.some((source) => /^[ \t]*%load_ext[ \t]+(?:[^\n]*[ \t])?nbtrain[ \t]*(?:$|[ \t])/m.test(source));

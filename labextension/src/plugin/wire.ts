@@ -64,6 +64,10 @@ export interface RunSummary {
 export interface ExportResult {
   path: string;
   files: string[];
+  /** the cell exported, as the server names it ("cell 5 (id 8fcaf022)") */
+  cell?: string;
+  /** what the user should know (e.g. "2 %%distributed cells (…): exported the last; …") */
+  notes?: string[];
 }
 
 /** The server's JSON error body: `{"error": "RunNotFoundError", "message": "..."}`. */
@@ -135,7 +139,11 @@ export function parseExportResult(value: unknown): ExportResult | null {
   const path = str(value.path);
   if (path === null) return null;
   const files = Array.isArray(value.files) ? value.files.filter((f): f is string => typeof f === "string") : [];
-  return { path, files };
+  const result: ExportResult = { path, files };
+  const cell = str(value.cell);
+  if (cell !== null) result.cell = cell;
+  if (Array.isArray(value.notes)) result.notes = value.notes.filter((n): n is string => typeof n === "string");
+  return result;
 }
 
 export function parseErrorBody(value: unknown): ErrorBody | null {
