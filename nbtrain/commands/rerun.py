@@ -60,12 +60,12 @@ def register(sub: Any) -> None:
 
 
 def _cmd_rerun(args: argparse.Namespace) -> int:
-    from nbtrain.cli import _finish
+    from nbtrain.commands._shared import finish
 
     run = _rerun(args)
     if not args.json or args.wait:
         print(_said(run), flush=True)
-    return int(_finish(run, args))
+    return int(finish(run, args))
 
 
 def register_magic(sub: Any) -> None:
