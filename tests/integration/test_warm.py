@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import threading
 import time
@@ -492,8 +494,10 @@ if sys.argv[3] == "linger":
 
 
 @pytest.mark.parametrize("ending", ["owner-exits", "idle-ttl"])
-def test_a_gang_ends_with_zero_processes_when_its_owner_dies_or_its_ttl_passes(tmp_path: Path, ending: str) -> None:
-    home = tmp_path / "home"
+def test_a_gang_ends_with_zero_processes_when_its_owner_dies_or_its_ttl_passes(request: pytest.FixtureRequest,
+                                                                              ending: str) -> None:
+    home = Path(tempfile.mkdtemp(prefix="nbw-", dir="/tmp")) / "home"  # agent sockets: at most 107 bytes of path
+    request.addfinalizer(lambda: shutil.rmtree(home.parent, ignore_errors=True))
     env = {**os.environ, "NBTRAIN_HOME": str(home), "NBTRAIN_TRACKING": "0"}
     linger = ending == "idle-ttl"
     owner = subprocess.Popen([sys.executable, "-c", OWNER, str(home), "2" if linger else "1800",

@@ -298,7 +298,7 @@ def test_a_template_cannot_change_what_an_option_sets_only_repeat_it(make_plan: 
     the template: the template may repeat the option's value, never change it (issue 28)."""
     same = _file(tmp_path, {"spec": {"serviceAccountName": "team-sa", "nodeSelector": {"pool": "gpu"}}})
     pod = pod_specs(make_plan(service_account="team-sa", node_selector={"pool": "gpu"},
-                              pod_template=same).request["objects"][0])[0]
+                              pod_template=same).request.objects[0])[0]
     assert pod["serviceAccountName"] == "team-sa" and pod["nodeSelector"] == {"pool": "gpu"}
     other = _file(tmp_path, {"spec": {"serviceAccountName": "admin", "priorityClassName": "high"}})
     with pytest.raises(SpecError) as caught:

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import sys
+import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 import pytest
@@ -23,9 +25,15 @@ GONE = "999999999:1"  # the identity of no process
 
 
 @pytest.fixture
-def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Store:
+def store(monkeypatch: pytest.MonkeyPatch) -> Iterator[Store]:
+    """A store under a short path: a warm gang's agent sockets live in it, and a Unix socket path has at most 107
+    bytes (pytest's tmp_path under xdist, /tmp/pytest-of-USER/pytest-N/popen-gwN/TEST/, is too deep for one)."""
     monkeypatch.setattr(registry, "_start_agents", lambda gang_dir, nodes, python: None)
-    return Store(tmp_path / "home")
+    home = Path(tempfile.mkdtemp(prefix="nbw-", dir="/tmp"))
+    try:
+        yield Store(home / "home")
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
 
 
 def _dead_gang(store: Store, name: str, *, key: str = KEY, endings: Sequence[Mapping[str, object]] = (),
