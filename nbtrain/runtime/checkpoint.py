@@ -37,7 +37,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from nbtrain.events import EventKind
-from nbtrain.runtime import context
+from nbtrain.runtime import context, metrics
 from nbtrain.runtime.ckptfiles import LATEST, MANIFEST, sha256_file, step_name
 
 __all__ = ["checkpoint_root", "checkpointing", "commit_copy", "committed_checkpoints", "local_sources", "restore", "save_checkpoint",
@@ -127,7 +127,9 @@ def save_checkpoint(accelerator: Any, step: int, **extra: Any) -> Path | str | N
     rank = int(getattr(accelerator, "process_index", 0))
     attempt = ctx.attempt if ctx else 0
     if _remote(_root_text()):
-        return _save_remote(accelerator, step, rank, attempt, extra)
+        url = _save_remote(accelerator, step, rank, attempt, extra)
+        metrics.checkpoint_done(int(step), saved=True)  # may end the rank here (a step budget: nbtrain validate)
+        return url
     root = checkpoint_root()
     staging = root / f".staging-{step:09d}-a{attempt}"
     if rank == 0:
@@ -144,6 +146,7 @@ def save_checkpoint(accelerator: Any, step: int, **extra: Any) -> Path | str | N
         _commit(root, staging, step, attempt=attempt, world_size=int(getattr(accelerator, "num_processes", 1)),
                 extra=extra)
     _barrier(accelerator)
+    metrics.checkpoint_done(int(step), saved=True)  # may end the rank here (a step budget: nbtrain validate)
     return final if rank == 0 else None
 
 
@@ -287,6 +290,7 @@ def restore(accelerator: Any) -> int:
         else:
             step = _restore_from(accelerator, [(d, None) for d in committed_checkpoints(_local(source))], rank)
         if step is not None:
+            metrics.checkpoint_done(step, saved=False)
             return step + 1
     return 0
 

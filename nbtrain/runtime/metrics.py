@@ -6,6 +6,12 @@ the rank exits 0 and the run succeeds). ``nbtrain validate`` uses it to run a jo
 counts its own reports: jobs that report on every rank (``accelerator.log`` does, through nbtrain's hook)
 stop in step; code that reports from rank 0 alone would leave the other ranks waiting in their next
 collective.
+
+Until the first checkpoint (``NBTRAIN_MAX_STEPS_UNTIL_CHECKPOINT=1`` beside the budget): a rank that reaches the
+budget before this process saved or restored a checkpoint runs on, and ends (exit code 0, as above) right after
+its next ``nbtrain.save_checkpoint`` has committed. ``nbtrain validate``'s distributed rung uses it so that a job
+checkpointing once per epoch leaves a checkpoint to check and resume from; a resumed attempt (it restored one)
+stops at the budget. Every rank saves at the same step (the save is collective), so they end together.
 """
 
 from __future__ import annotations
@@ -19,10 +25,13 @@ from nbtrain.events import STEP_RANGE, EventKind
 from nbtrain.runtime import context, progress, stopping
 
 ENV_MAX_STEPS = "NBTRAIN_MAX_STEPS"
+ENV_UNTIL_CHECKPOINT = "NBTRAIN_MAX_STEPS_UNTIL_CHECKPOINT"
 
 _warned_outside = False
 _skipped_keys: set[str] = set()
 _steps_seen: set[int] = set()  # the distinct steps reported in this process (kept only under a step budget)
+_checkpointed = False  # this process saved or restored a checkpoint (nbtrain.runtime.checkpoint says so)
+_ran_on = False  # the budget was reached before any checkpoint, and the rank runs on to its first
 
 
 class StepBudgetReached(SystemExit):
@@ -133,20 +142,44 @@ def record(values: Mapping[str, Any], step: int | None, total: int | None = None
         raise
 
 
+def _budget() -> int:
+    try:
+        return int(os.environ.get(ENV_MAX_STEPS, "0") or 0)
+    except ValueError:
+        return 0
+
+
 def _count_step(ctx: context.WorkerContext, step: int) -> None:
     """Count ``step`` towards NBTRAIN_MAX_STEPS; raise StepBudgetReached at the budget (see module docstring)."""
-    try:
-        budget = int(os.environ.get(ENV_MAX_STEPS, "0") or 0)
-    except ValueError:
-        budget = 0
+    global _ran_on
+    budget = _budget()
     if budget <= 0 or step in _steps_seen:
         return
     _steps_seen.add(step)
     if len(_steps_seen) >= budget:
+        if os.environ.get(ENV_UNTIL_CHECKPOINT) == "1" and not _checkpointed:
+            if not _ran_on and ctx.rank == 0:
+                ctx.emit(EventKind.NOTICE, message=f"{budget} step(s) reached at step {step} ({ENV_MAX_STEPS}="
+                                                   f"{budget}) before any checkpoint: running on to the first one")
+            _ran_on = True
+            return
         if ctx.rank == 0:
             ctx.emit(EventKind.NOTICE, message=f"stopped after {budget} step(s) ({ENV_MAX_STEPS}={budget}), "
                                                f"at step {step}")
         raise StepBudgetReached(budget)
+
+
+def checkpoint_done(step: int, *, saved: bool) -> None:
+    """This process committed (``saved``) or restored the checkpoint of ``step``. Raises StepBudgetReached after the
+    first save of a rank that ran on past its budget to reach it (see module docstring)."""
+    global _checkpointed
+    _checkpointed = True
+    if saved and _ran_on:
+        ctx = context.current()
+        if ctx is not None and ctx.rank == 0:
+            ctx.emit(EventKind.NOTICE, message=f"stopped at the checkpoint of step {step}, the first after "
+                                               f"{_budget()} step(s) ({ENV_UNTIL_CHECKPOINT}=1)")
+        raise StepBudgetReached(_budget())
 
 
 def _as_float(value: Any) -> float | None:

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 __all__ = ["PLACEHOLDER_IMAGE", "Settings", "absolute_paths", "local_spec", "validate_job"]
 
 ENV_MAX_STEPS = "NBTRAIN_MAX_STEPS"  # nbtrain.runtime.metrics.ENV_MAX_STEPS (runtime/ is not imported here)
+ENV_UNTIL_CHECKPOINT = "NBTRAIN_MAX_STEPS_UNTIL_CHECKPOINT"  # nbtrain.runtime.metrics.ENV_UNTIL_CHECKPOINT
 #: The image the manifests are rendered with when the job names none (only their shape is checked then).
 PLACEHOLDER_IMAGE = "registry.invalid/nbtrain-validate:placeholder"
 
@@ -50,8 +51,9 @@ class _State:
     profile: Any = None  # the Profile of --profile NAME, whose locks the job must meet
 
 
-def local_spec(spec: JobSpec, procs: int, steps: int, timeout_s: float) -> JobSpec:
-    """``spec`` as a small local CPU gang (1 node x ``procs``) stopped after ``steps`` steps (pure).
+def local_spec(spec: JobSpec, procs: int, steps: int, timeout_s: float, *, until_checkpoint: bool = False) -> JobSpec:
+    """``spec`` as a small local CPU gang (1 node x ``procs``) stopped after ``steps`` steps (pure); with
+    ``until_checkpoint``, after the job's first checkpoint when it has saved none by then (the distributed rung).
 
     Options the local backend does not honour (Kubernetes, Slurm) go back to their defaults: validation
     runs the job's code, not its cluster placement. No restarts, no MLflow, no warm gang.
@@ -63,7 +65,8 @@ def local_spec(spec: JobSpec, procs: int, steps: int, timeout_s: float) -> JobSp
         if option.field and option.backends is not None and "local" not in option.backends:
             changes[option.field] = option.default
     changes.update(backend="local", nodes=1, procs_per_node=procs, device="cpu", max_restarts=0, tracking=False,
-                   warm=False, timeout_s=timeout_s, env={**spec.env, ENV_MAX_STEPS: str(steps)})
+                   warm=False, timeout_s=timeout_s, env={**spec.env, ENV_MAX_STEPS: str(steps),
+                                                         **({ENV_UNTIL_CHECKPOINT: "1"} if until_checkpoint else {})})
     return spec.with_changes(**changes)
 
 
@@ -280,28 +283,52 @@ def _checkpoints_writable(checkpoint_dir: str, store: Any, notes: list[str]) -> 
 
 
 def _gang(state: _State, rung: Rung, procs: int) -> tuple[Outcome, Any]:
-    """Submit the job as a 1 x ``procs`` local gang for the step budget; wait; the outcome and the Run."""
+    """Submit the job as a 1 x ``procs`` local gang for the step budget; wait; the outcome and the Run.
+
+    The distributed rung of a job that saves checkpoints (its code calls ``save_checkpoint``) runs on past the
+    budget to the first one, so that the checkpoint and resume rungs have one; when none comes within the time
+    limit, the run is stopped there and those rungs are skipped, saying so.
+    """
     from nbtrain import client
 
     assert state.spec is not None and state.job is not None
     settings = state.settings
-    spec = local_spec(state.spec, procs, settings.steps, settings.timeout_s)
+    until = rung is Rung.DISTRIBUTED and _saves_checkpoints(state.directory)
+    # with ``until``, the run's own limit is a margin above the wait, so that the wait decides (see _finished)
+    spec = local_spec(state.spec, procs, settings.steps, settings.timeout_s + (60 if until else 0),
+                      until_checkpoint=until)
     run = client.submit_bundle(state.job.bundle, spec, notebook={"job_dir": str(state.directory.resolve()),
                                                                   "validate": rung.value})
     state.runs.append(run.id)
-    return _finished(rung, run, settings), run
+    return _finished(rung, run, settings, until_checkpoint=until), run
 
 
-def _finished(rung: Rung, run: Any, settings: Settings) -> Outcome:
+def _saves_checkpoints(directory: Path) -> bool:
+    """Whether the job's code calls ``save_checkpoint`` (nbtrain's; its cadence is the code's to decide)."""
     try:
-        state = run.wait(timeout=settings.timeout_s + 60, raise_on_failure=False, progress=False)
+        return "save_checkpoint(" in (directory / "train.py").read_text(encoding="utf-8")
+    except OSError:
+        return False
+
+
+def _finished(rung: Rung, run: Any, settings: Settings, *, until_checkpoint: bool = False) -> Outcome:
+    try:
+        state = run.wait(timeout=settings.timeout_s + (0 if until_checkpoint else 60), raise_on_failure=False,
+                         progress=False)
     except TimeoutError:
+        steps = _steps(run, run.record.attempts[-1]["attempt"] if run.record.attempts else 0)
+        if until_checkpoint and len(steps) >= settings.steps and run.failure is None and not run.checkpoints():
+            run.cancel()  # no checkpoint within the limit: the N steps ran; checkpoint and resume say why they skip
+            return Outcome.passed(rung, f"run {run.id}: {len(steps)} step(s) reported; no checkpoint within "
+                                        f"{settings.timeout_s:.0f} s, stopped there")
         run.cancel()
         return Outcome.failed(rung, f"run {run.id} did not end within {settings.timeout_s:.0f} s; its steps are "
                               f"too slow for the budget or it reports none (accelerator.log / nbtrain.log)", Blame.JOB)
     if state.value == "succeeded":
         steps = _steps(run, run.record.latest_attempt)
         what = f"{len(steps)} step(s) reported" if steps else "no steps reported: the job ran to its end"
+        if until_checkpoint and len(steps) > settings.steps and run.checkpoints():
+            what += f", on to its first checkpoint (step {run.checkpoints()[0]['step']})"
         return Outcome.passed(rung, f"run {run.id}: {what}")
     failure = run.failure
     if state.value == "cancelled":
@@ -333,8 +360,11 @@ def _checkpoint(state: _State) -> Outcome:
     run = state.distributed
     saved = run.checkpoints()
     if not saved:
-        return Outcome.skipped(Rung.CHECKPOINT, f"the job saved no checkpoint within {state.settings.steps} steps "
-                               "(nbtrain.save_checkpoint(accelerator, step)); raise --steps if it saves less often")
+        if not _saves_checkpoints(state.directory):
+            return Outcome.skipped(Rung.CHECKPOINT, "the job saves no checkpoints (its code never calls "
+                                   "nbtrain.save_checkpoint(accelerator, step))")
+        return Outcome.skipped(Rung.CHECKPOINT, f"the job saved no checkpoint within {state.settings.timeout_s:.0f} s "
+                               f"(--timeout); raise it if the job saves less often")
     latest = saved[-1]
     loaded = load_checkpoint_files(Path(str(latest["path"]))) if _is_local(str(latest["path"])) \
         else _load_remote_checkpoint(str(latest["path"]))

@@ -78,6 +78,8 @@ def test_local_spec_is_a_small_cpu_gang_with_the_step_budget() -> None:
     assert small.env == {"A": "1", "NBTRAIN_MAX_STEPS": "7"}
     assert (small.namespace, small.image, small.max_restarts, small.timeout_s, small.tracking) == (
         None, None, 0, 60.0, False)
+    until = local_spec(spec, 2, 7, 60.0, until_checkpoint=True)  # the distributed rung: on to the first checkpoint
+    assert until.env == {"A": "1", "NBTRAIN_MAX_STEPS": "7", "NBTRAIN_MAX_STEPS_UNTIL_CHECKPOINT": "1"}
 
 
 def test_absolute_paths() -> None:
