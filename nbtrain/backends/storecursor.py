@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import overload
 
-from nbtrain.backends.base import RunCursor
+from nbtrain.contract import RunCursor
 from nbtrain.events import Event, FileTail, LineBlock, parse_line
 from nbtrain.model import Batch, LogLine
 from nbtrain.store import Store

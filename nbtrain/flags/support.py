@@ -10,10 +10,11 @@ from typing import TYPE_CHECKING, Any
 
 from nbtrain.errors import SpecError
 from nbtrain.flags.table import OPTIONS, TITLES, BackendInfo, Option, backend_info
+from nbtrain.registry import backend_entry_points
 from nbtrain.spec import Device, JobSpec
 
 if TYPE_CHECKING:
-    from nbtrain.backends.base import Capabilities
+    from nbtrain.contract import Capabilities
 
 __all__ = ["check_supported", "unsupported_options"]
 
@@ -93,13 +94,19 @@ def unsupported_options(spec: JobSpec, backend: str, capabilities: Capabilities 
 
 
 def _declared(backend: str) -> Capabilities | None:
-    """The Capabilities of the installed backend ``backend`` (loads its class); None when none is installed."""
-    from nbtrain.backends import backend_class
+    """The ``capabilities`` that the installed backend ``backend`` declares on its class; None when no package
+    registers it, its entry point does not load, or it declares none. Loads the entry point's object and reads one
+    class attribute, so these checks never import :mod:`nbtrain.backends` (which imports them)."""
+    from nbtrain.contract import Capabilities
 
-    try:
-        return backend_class(backend).capabilities
-    except SpecError:
+    point = backend_entry_points().get(backend)
+    if point is None:
         return None
+    try:
+        declared = getattr(point.load(), "capabilities", None)
+    except ImportError:
+        return None
+    return declared if isinstance(declared, Capabilities) else None
 
 
 def _declares(capabilities: Capabilities | None, option: Option) -> bool:
