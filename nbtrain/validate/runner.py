@@ -22,12 +22,10 @@ from nbtrain.validate.ladder import LADDER, Blame, Outcome, Rung, blame_of_failu
 if TYPE_CHECKING:
     from nbtrain.profiles.model import Profile
 
-__all__ = ["PLACEHOLDER_IMAGE", "Settings", "absolute_paths", "local_spec", "validate_job"]
+__all__ = ["Settings", "absolute_paths", "local_spec", "validate_job"]
 
 ENV_MAX_STEPS = "NBTRAIN_MAX_STEPS"  # nbtrain.runtime.metrics.ENV_MAX_STEPS (runtime/ is not imported here)
 ENV_UNTIL_CHECKPOINT = "NBTRAIN_MAX_STEPS_UNTIL_CHECKPOINT"  # nbtrain.runtime.metrics.ENV_UNTIL_CHECKPOINT
-#: The image the manifests are rendered with when the job names none (only their shape is checked then).
-PLACEHOLDER_IMAGE = "registry.invalid/nbtrain-validate:placeholder"
 
 
 @dataclass(frozen=True)
@@ -131,7 +129,7 @@ def _config(state: _State) -> Outcome:
         return locks
     state.spec = spec
     notes = [f"{spec.nodes} node(s) x {spec.procs_per_node} process(es) on {spec.backend}", *locks]
-    notes.append(_manifests(spec, state.job.bundle))
+    notes.extend(_export_checks(spec, state.job.bundle))
     return Outcome.passed(Rung.CONFIG, "; ".join(notes))
 
 
@@ -160,48 +158,43 @@ def _locks(state: _State) -> Outcome | list[str]:
     return [f"meets the locks of profile {profile.label} ({locked})"]
 
 
-def _manifests(spec: JobSpec, bundle: Any) -> str:
-    """Render (and schema-check, with kubernetes-validate installed) the job's Kubernetes manifests.
+def _export_checks(spec: JobSpec, bundle: Any) -> list[str]:
+    """Each backend's own check of the exported job (:meth:`Backend.check_export`), as notes for the config rung.
 
-    Raises SpecError for manifests the backend refuses; a missing kubernetes backend, and options Kubernetes
-    would refuse, fail only a job that runs there (another job's note says why its manifests were not checked).
+    The export always holds Kubernetes manifests, so the kubernetes backend checks them (rendered and schema-checked)
+    whatever the job's backend; the job's own backend checks what it would run. Raises SpecError for what the job's
+    own backend refuses; a missing kubernetes backend, and options Kubernetes would refuse, fail only a job that runs
+    there (another job's note says why its manifests were not checked).
     """
-    from nbtrain.export.manifests import manifest_yaml
+    from nbtrain.backends import get_backend
 
-    image = spec.image or os.environ.get("NBTRAIN_K8S_IMAGE") or ""
-    if not image and spec.backend == "kubernetes":
-        raise SpecError("--image: a kubernetes job needs a container image; set [job] image in nbtrain.toml.")
-    k8s_spec = spec.with_changes(image=image or PLACEHOLDER_IMAGE)
+    notes = [_kubernetes_check(spec, bundle)]
+    if spec.backend != "kubernetes":
+        own = get_backend(spec.backend).check_export(spec, bundle)
+        if own:
+            notes.append(own)
+    return notes
+
+
+def _kubernetes_check(spec: JobSpec, bundle: Any) -> str:
+    """The kubernetes backend's :meth:`check_export` of ``spec``, or the note saying why it was not checked."""
+    from nbtrain.backends import get_backend
+
+    on_kubernetes = spec.backend == "kubernetes"
     try:
-        text = manifest_yaml(k8s_spec, bundle)
+        backend = get_backend("kubernetes")
+    except NbtrainError as error:
+        if on_kubernetes:
+            raise EnvironmentProblem(f"the kubernetes backend is not available in this installation ({error})") from None
+        return f"kubernetes manifests not checked (the kubernetes backend is not available: {error})"
+    try:
+        return backend.check_export(spec, bundle) or "kubernetes manifests: nothing to check"
     except SpecError as error:
-        if "not available in this installation" in str(error):
-            if spec.backend == "kubernetes":
-                raise EnvironmentProblem(str(error)) from None
-            return f"kubernetes manifests not checked ({error})"
-        if spec.backend != "kubernetes":  # e.g. --max-restarts without --volume: fine where the job runs
+        if not on_kubernetes:  # e.g. --max-restarts without --volume: fine where the job runs
             return f"kubernetes manifests not checked: its options do not run there as they are ({error})"
-        raise SpecError(f"kubernetes manifests: {error}") from None
-    import yaml
-
-    documents = [d for d in yaml.safe_load_all(text) if d]
-    checked = _schema_check(documents)
-    shown = " with a placeholder image" if not image else ""
-    return f"{len(documents)} kubernetes object(s) ({k8s_spec.flavor}){shown}{checked}"
-
-
-def _schema_check(documents: list[dict[str, Any]]) -> str:
-    try:
-        import kubernetes_validate
-    except ImportError:
-        return " (kubernetes-validate not installed: schemas not checked)"
-    for document in documents:
-        try:
-            kubernetes_validate.validate(document, kubernetes_validate.latest_version(), strict=True)
-        except Exception as error:  # noqa: BLE001 - its ValidationError and version errors alike
-            kind = f"{document.get('kind')}/{(document.get('metadata') or {}).get('name')}"
-            raise SpecError(f"kubernetes manifests: {kind} does not validate: {error}") from None
-    return ", schemas valid"
+        message = str(error)
+        raise SpecError(message if message.startswith("kubernetes manifests") else f"kubernetes manifests: {message}"
+                        ) from None
 
 
 def _imports(state: _State) -> Outcome:
