@@ -100,7 +100,7 @@ _TEXT_VALUES: Mapping[str, tuple[Any, ...]] = {
     "str": ("1",),  # "1" is a name, an image, a path, a quantity and a Slurm time limit (minutes) alike
     "pairs": ({"x": "s/k"},),  # an environment name, a label, an sbatch option; the value a SECRET/KEY reference
     "tolerations": (({"key": "k", "effect": "NoSchedule"},),),
-    "list": (("x:/mnt",),),  # a CLAIM:/PATH volume and a Secret name alike
+    "list": (("x:/mnt",), ("X",)),  # a CLAIM:/PATH volume and a Secret name alike; an environment name (--env-public)
 }
 
 
