@@ -37,7 +37,8 @@ Trainer(model=BertForSequenceClassification(config), args=args, train_dataset=To
 READ_MONITOR = """root => {
   const text = id => root.querySelector(`[data-testid="${id}"]`)?.textContent ?? "";
   const chart = root.querySelector('[data-testid="nbtrain-chart-loss"]');
-  return {state: root.dataset.state ?? "", step: text("nbtrain-step"), points: Number(chart?.dataset.points ?? 0)};
+  return {state: root.dataset.state ?? "", step: text("nbtrain-step"), points: Number(chart?.dataset.points ?? 0),
+          latest: chart?.querySelector(".nbtrain-chart-latest")?.textContent ?? ""};
 }"""
 
 
@@ -72,4 +73,15 @@ def test_monitor_charts_the_trainers_loss(page: Any, lab: Any, notebook: Callabl
     assert final["state"] == "succeeded", final
     assert final["points"] == 5  # logging_steps=2 of max_steps=10: steps 2, 4, 6, 8, 10
     assert re.search(r"\b10\s*/\s*10\b", final["step"]), final  # progress against max_steps
+    # the charted points are the Trainer's logged ones: the run's own record (its event files) holds the losses at
+    # steps 2..10, and the chart's title shows the last of them (4 significant digits)
+    from nbtrain.client.api import runs
+    from nbtrain.store import Store
+
+    [run] = [r for r in runs(store=Store(lab.home)) if r.spec.name == "hf-browser"]  # the lab is shared
+    losses = run.metrics()["loss"]
+    assert [step for step, _ in losses] == [2, 4, 6, 8, 10], losses
+    latest = re.fullmatch(r"(\S+) at step (\d+)", final["latest"])
+    assert latest, final
+    assert (float(latest[1]), int(latest[2])) == (float(f"{losses[-1][1]:.4g}"), 10), (final, losses)
     _poll(lambda: not survivors(), 30, "no gang process left")

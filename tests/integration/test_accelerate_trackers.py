@@ -67,7 +67,7 @@ def _wandb_runs(root: Path) -> dict[str, Path]:
 def test_every_tracker_holds_what_the_monitor_shows(trackers_env: str, shell: Any, run_cell: Any, tmp_path: Path,
                                                    home: Path) -> None:
     import wandbfile  # tests/support
-    from agentfiles import await_json
+    from agentfiles import await_agent_exit, await_json
     from mlflow import MlflowClient
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -106,3 +106,5 @@ def test_every_tracker_holds_what_the_monitor_shows(trackers_env: str, shell: An
         assert [(r["_step"], pytest.approx(r["loss"])) for r in rows] == shown, run_dir
     plugin_files = found[plugin_id] / "files"
     assert (plugin_files / "extra" / "notes.txt").read_text() == "hello from rank 0"
+    assert (plugin_files / "plots" / "curve.png").read_bytes() == curve.read_bytes()
+    await_agent_exit(run.id)

@@ -7,6 +7,7 @@ The model is a tiny BERT built from its config (no download); the data is made i
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,8 @@ import pytest
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 pytest.importorskip("transformers")
+
+from nbtrain.events import EventKind  # noqa: E402
 
 DEFINITIONS = '''
 import os, signal
@@ -31,7 +34,11 @@ class Tokens(torch.utils.data.Dataset):
         return {"input_ids": ids, "attention_mask": torch.ones(8, dtype=torch.long), "labels": int(ids[0]) % 2}
 
 class KillRankZeroOnce(TrainerCallback):
-    """Kills rank 0 at step 6 of the first attempt: after the checkpoint of step 4, before the log of step 6."""
+    """Kills rank 0 at step 6 of the first attempt: after the checkpoint of step 4, before the log of step 6.
+    Rank 0 prints the Trainer's global_step as training begins (0 on a fresh start, the checkpoint's on a resume)."""
+    def on_train_begin(self, args, state, control, **kwargs):
+        if os.environ.get("RANK") == "0":
+            print(f"train begins at global_step {state.global_step}", flush=True)
     def on_step_end(self, args, state, control, **kwargs):
         if state.global_step == 6 and os.environ.get("NBTRAIN_ATTEMPT") == "0" and os.environ.get("RANK") == "0":
             os.kill(os.getpid(), signal.SIGKILL)
@@ -60,7 +67,7 @@ def sqlite_tracking(home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
 
 def test_trainer_logs_params_one_mlflow_run_and_restart_from_its_checkpoint(sqlite_tracking: str, shell: Any,
                                                                             run_cell: Any, home: Path) -> None:
-    from agentfiles import await_json  # tests/support
+    from agentfiles import await_agent_exit, await_json  # tests/support
     from mlflow import MlflowClient
 
     run_cell(DEFINITIONS)
@@ -74,6 +81,23 @@ def test_trainer_logs_params_one_mlflow_run_and_restart_from_its_checkpoint(sqli
     loss_steps = [int(step) for step, _ in run.metrics()["loss"]]
     assert loss_steps == [2, 4, 6, 8, 10]
     assert snap.total == 10  # max_steps drives the progress bar
+    # a later attempt's point replaces an earlier one's at the same step in run.metrics(), so the steps each attempt
+    # logged are read from the events: the restarted Trainer starts at global_step 4 and logs 6, 8, 10 only
+    logged: dict[int, list[int]] = {}
+    for event in run.backend.events(run.handle, follow=False):
+        if event.kind is EventKind.METRIC and event.rank == 0 and "loss" in event.data.get("values", {}):
+            logged.setdefault(event.attempt, []).append(int(event.data["step"]))
+    assert logged == {0: [2, 4], 1: [6, 8, 10]}
+    assert "train begins at global_step 0" in run.logs(0, attempt=0)
+    assert "train begins at global_step 4" in run.logs(0, attempt=1)
+    # the points are the Trainer's own logs: its log_history in the last checkpoint (step 4's entries carried over
+    # from the checkpoint it resumed from) holds the same losses at the same steps
+    last = max(run.checkpoints(), key=lambda c: c["step"])
+    assert last["step"] == 10 and last["attempt"] == 1, run.checkpoints()
+    state = json.loads((Path(last["path"]) / "trainer_state.json").read_text())
+    assert state["global_step"] == 10
+    trainer_losses = [(e["step"], e["loss"]) for e in state["log_history"] if "loss" in e]
+    assert run.metrics()["loss"] == [(s, pytest.approx(v)) for s, v in trainer_losses]
     assert any("the Trainer resumes from the checkpoint of step 4" in n for n in snap.notices), snap.notices
     ledger = await_json(home / "runs" / run.id / "tracking.json", "finalized", {"attempt": 1, "state": "succeeded"})
     client = MlflowClient(tracking_uri=sqlite_tracking)
@@ -83,5 +107,6 @@ def test_trainer_logs_params_one_mlflow_run_and_restart_from_its_checkpoint(sqli
     assert mlflow_run.data.params["learning_rate"] == "0.001"
     assert mlflow_run.data.params["max_steps"] == "10" and mlflow_run.data.params["hidden_size"] == "32"
     history = client.get_metric_history(mlflow_run.info.run_id, "loss")
-    assert sorted(p.step for p in history) == [2, 4, 6, 8, 10]
+    assert sorted((p.step, p.value) for p in history) == run.metrics()["loss"]  # each step once, same values
     assert any("transformers' MLflowCallback is not used" in n for n in snap.notices)
+    await_agent_exit(run.id)

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["await_json"]
+__all__ = ["await_agent_exit", "await_json"]
 
 
 def await_json(path: Path, key: str, expected: Any, timeout: float = 240) -> dict[str, Any]:
@@ -25,3 +25,14 @@ def await_json(path: Path, key: str, expected: Any, timeout: float = 240) -> dic
         assert time.monotonic() < deadline, f"{path}: {key} is {data.get(key)!r}, not {expected!r}; agent log:\n" + (
             log.read_text() if log.is_file() else "(none)")
         time.sleep(0.5)
+
+
+def await_agent_exit(run_id: str, timeout: float = 60) -> None:
+    """Once its ledgers are final the run's tracking agent exits: wait for that (an agent that just logged
+    "exiting" may take seconds to shut its interpreter down on a busy machine, past the ``home`` fixture's check)."""
+    from procs import pids_with_env
+
+    deadline = time.monotonic() + timeout
+    while pids := pids_with_env("NBTRAIN_TRACKING_OF", {run_id}):
+        assert time.monotonic() < deadline, f"the tracking agent of {run_id} (pid {pids}) did not exit in {timeout} s"
+        time.sleep(0.2)
