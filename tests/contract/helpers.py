@@ -98,7 +98,7 @@ def drain(items: Iterable[T], timeout: float, what: str) -> list[T]:
 # Values JobSpec accepts for every option of a kind, tried in order (ints and floats come from the option's limits).
 _TEXT_VALUES: Mapping[str, tuple[Any, ...]] = {
     "str": ("1",),  # "1" is a name, an image, a path, a quantity and a Slurm time limit (minutes) alike
-    "pairs": ({"x": "s/k"},),  # an environment name, a label, an sbatch option; the value a SECRET/KEY reference
+    "pairs": ({"x": "s/k"}, {"comment": "s/k"}),  # an environment name, a label; an sbatch long option (comment); the value a SECRET/KEY reference
     "tolerations": (({"key": "k", "effect": "NoSchedule"},),),
     "list": (("x:/mnt",), ("X",)),  # a CLAIM:/PATH volume and a Secret name alike; an environment name (--env-public)
 }

@@ -207,7 +207,11 @@ def test_successful_run_is_fully_tracked(tracking: str, shell: Any, run_cell: An
     assert tracking_url(run.record) == (expected_url if tracking.startswith("http") else None)
     if not tracking.startswith("http"):
         assert (tmp_path / "mlflow.db").is_file()  # MLflow's own default store, where `mlflow ui` looks
-    assert run.view.notices == [] or not any("MLflow" in n for n in run.view.notices)
+    # run.wait() returns at the verdict: the agent completing the MLflow run in the background is said once, and
+    # nothing else about MLflow (no tracking problem) is
+    background = [n for n in run.view.notices if "completing its MLflow run in the background" in n]
+    assert len(background) <= 1, run.view.notices
+    assert not [n for n in run.view.notices if "MLflow" in n and n not in background], run.view.notices
     _agent_done(run)
 
 
