@@ -84,8 +84,8 @@ describe("wire", () => {
   it("says which cell was exported, that the notebook was saved first, and the server's notes", () => {
     const job = { path: "a-job", files: ["train.py"], cell: "cell 4 (id c4)", notes: ["2 %%distributed cells: exported the last."] };
     assert.equal(exportMessage("a.ipynb", job, true),
-      "Saved a.ipynb, then exported cell 4 (id c4) of a.ipynb to a-job/: train.py 2 %%distributed cells: exported the last.");
-    assert.equal(exportMessage("a.ipynb", { ...job, notes: [] }), "Exported cell 4 (id c4) of a.ipynb to a-job/: train.py");
+      "Saved a.ipynb, then exported cell 4 of a.ipynb to a-job/: train.py 2 %%distributed cells: exported the last.");
+    assert.equal(exportMessage("a.ipynb", { ...job, notes: [] }), "Exported cell 4 of a.ipynb to a-job/: train.py");
   });
 
   it("parses export answers and errors", () => {

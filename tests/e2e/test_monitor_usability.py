@@ -147,13 +147,20 @@ def test_quickstart_first_point_latency_and_layout(page: Any, lab: Any, artifact
     assert latency <= 2.0, f"the first chart point arrived {latency:.2f} s after rank 0 logged it"
 
     # item 4: charts share the width and label their axes; a single value is a value, not a chart
-    poll(lambda: monitor.get_by_test_id("nbtrain-value-test_accuracy").count() == 1, 30, "test_accuracy as a value")
+    value = monitor.get_by_test_id("nbtrain-value-test_accuracy")
+    # the card appears with the key, then its number once the point is folded in: wait for the number
+    poll(lambda: value.count() == 1 and re.search(r"test_accuracy\s*0\.\d+\s*at step \d+", value.inner_text()),
+         30, "test_accuracy shown as a value with its step")
     assert monitor.get_by_test_id("nbtrain-chart-test_accuracy").count() == 0
-    assert re.search(r"test_accuracy\s*0\.\d+\s*at step \d+", monitor.get_by_test_id("nbtrain-value-test_accuracy")
-                     .inner_text()), monitor.get_by_test_id("nbtrain-value-test_accuracy").inner_text()
     chart = monitor.get_by_test_id("nbtrain-chart-loss")
     width, total = chart.bounding_box()["width"], monitor.bounding_box()["width"]
     assert width > 0.4 * total, f"the loss chart is {width:.0f} px of a {total:.0f} px monitor"
+    # every chart's plot fits in its card (a chart sized while alone in the row once kept its full width and was
+    # drawn over its neighbour)
+    sizes = "els => els.map((el) => [el.dataset.testid, el.querySelector('canvas')?.getBoundingClientRect().width ?? 0," \
+            " el.getBoundingClientRect().width])"
+    overflowing = lambda: [s for s in monitor.locator(".nbtrain-chart").evaluate_all(sizes) if s[1] > s[2] + 1]  # noqa: E731
+    poll(lambda: not overflowing(), 10, "every chart to fit in its card")
     labels = chart.locator(".u-label").evaluate_all("els => els.map((el) => el.textContent)")
     assert "step" in labels and "loss" in labels, labels
     # the rank tiles say what their time is; "cold" is explained; the step text stays on one line
@@ -161,7 +168,8 @@ def test_quickstart_first_point_latency_and_layout(page: Any, lab: Any, artifact
                         .inner_text()), monitor.get_by_test_id("nbtrain-rank-0").inner_text()
     assert "cold: " in (monitor.get_by_test_id("nbtrain-launch").get_attribute("title") or "")
     step = monitor.get_by_test_id("nbtrain-step")
-    assert step.evaluate("el => el.getClientRects().length === 1 && getComputedStyle(el).whiteSpace") == "nowrap"
+    line = "el => [el.getClientRects().length, getComputedStyle(el).whiteSpace, el.textContent]"
+    poll(lambda: step.evaluate(line)[:2] == [1, "nowrap"], 10, "the step text on one line")
     # the MLflow button says why there is no page (the sqlite default)
     mlflow = monitor.get_by_test_id("nbtrain-mlflow-off")
     assert mlflow.is_visible() and mlflow.is_disabled()

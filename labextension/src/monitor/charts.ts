@@ -136,6 +136,8 @@ export class ChartsView {
 
   constructor(requestDraw: () => void) {
     this.el = h("section", { class: "nbtrain-section nbtrain-charts" }, h("div", { class: "nbtrain-section-title" }, "Metrics"), this.values, this.grid);
+    // each chart's card is observed: its width changes when the grid's columns do, even where the grid's own size
+    // does not (a chart joining or leaving the row)
     this.resize = typeof ResizeObserver === "undefined" ? null : new ResizeObserver(() => requestDraw());
     this.resize?.observe(this.grid);
   }
@@ -163,22 +165,29 @@ export class ChartsView {
         this.cards.delete(key);
       }
     }
-    chartKeys.forEach((key, position) => {
+    // every chart is in its place before any is measured: a chart sized while it was alone in the grid (full
+    // width) would keep that width once a second chart shares the row
+    const shown = chartKeys.map((key, position) => {
       let chart = this.charts.get(key);
       if (!chart) {
         chart = new Chart(key);
         this.charts.set(key, chart);
+        this.resize?.observe(chart.el);
       }
       if (this.grid.children[position] !== chart.el) this.grid.insertBefore(chart.el, this.grid.children[position] ?? null);
-      const data = series.get(key);
-      if (data) chart.update(data);
+      return chart;
     });
     for (const [key, chart] of this.charts) {
       if (!chartKeys.includes(key)) {
+        this.resize?.unobserve(chart.el);
         chart.destroy();
         chart.el.remove();
         this.charts.delete(key);
       }
+    }
+    for (const chart of shown) {
+      const data = series.get(chart.key);
+      if (data) chart.update(data);
     }
   }
 

@@ -61,12 +61,15 @@ export function activeRunsText(count: number): string {
 /** The files an export toast names first (JupyterLab cuts a notification's text at 140 characters). */
 const KEY_EXPORT_FILES = ["train.py", "README.md", "job.sbatch"];
 
-/** "Exported a.ipynb to a-job/: train.py, README.md, job.sbatch and 7 more" (the notification of an export). */
+/** "Exported cell 2 of a.ipynb to a-job/: train.py, README.md, job.sbatch and 7 more" (the notification of an export).
+ * The cell is named by its position only: a JupyterLab cell id is a 36-character UUID, and a notification's text is
+ * cut at 140 characters, which would cut the key files off. */
 export function exportMessage(notebook: string, job: ExportResult, saved = false): string {
   const key = KEY_EXPORT_FILES.filter((name) => job.files.includes(name));
   const more = job.files.length - key.length;
   const names = key.length > 0 ? key.join(", ") + (more > 0 ? ` and ${more} more` : "") : `${more} files`;
-  const what = job.cell !== undefined ? `${job.cell} of ${notebook}` : notebook;
+  const cell = job.cell?.replace(/ \(id [^)]*\)$/, "");
+  const what = cell !== undefined ? `${cell} of ${notebook}` : notebook;
   const notes = (job.notes ?? []).map((note) => ` ${note}`).join("");
   return `${saved ? `Saved ${notebook}, then exported` : "Exported"} ${what} to ${job.path}/: ${names}${notes}`;
 }
