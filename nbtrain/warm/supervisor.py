@@ -20,11 +20,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from nbtrain.backends.local.supervisor import next_attempt
+from nbtrain.backends.local.supervisor import plan_next
 from nbtrain.backends.verdict import Decision, Observation
 from nbtrain.gang.driver import RULES, DriverDefaults
 from nbtrain.gang.engine import Engine, supervise
-from nbtrain.gang.files import AttemptLayout
+from nbtrain.gang.files import write_attempt_files
+from nbtrain.gang.request import GangRequest
 from nbtrain.model import Failure, RunState
 from nbtrain.runtime import stopping, watchdog
 from nbtrain.warm import protocol, registry
@@ -77,7 +78,7 @@ class WarmGang(DriverDefaults):
 
     def __init__(self, engine: Engine) -> None:
         super().__init__(engine)
-        self.gang_dir = Path(engine.plan["warm"]["gang_dir"])
+        self.gang_dir = _gang_dir(engine.plan)
         self.generation = 0
         self.nodes_: list[_Node] = []
         self.leaked = 0  # processes the ranks left in their sessions (the post-run check)
@@ -115,22 +116,22 @@ class WarmGang(DriverDefaults):
         engine.notice(f"warm gang {self.gang_dir.name}: generation {self.generation} (gang started "
                       f"{time.time() - float(gang.get('created', 0)):.0f} s ago; ranks forked from its agents)",
                       warm={"gang": self.gang_dir.name, "generation": self.generation})
-        for launcher in engine.plan["launchers"]:
+        for launcher in engine.plan.launchers:
             env = dict(os.environ)
-            env.update(launcher["env"])
+            env.update(launcher.env)
             env["TMPDIR"] = str(tmp)
             env.pop("NBTRAIN_SUPERVISOR_OF", None)
             env.pop(registry.MARKER, None)
             env[watchdog.ENV_SUPERVISOR] = engine.identity  # ranks end themselves if this supervisor dies
             env[stopping.ENV_COOPERATIVE_STOP] = self.store_address
-            node = int(launcher["node"])
+            node = launcher.node
             answer = self._call(node, {
-                "op": "fork", "generation": self.generation, "argv": launcher["argv"], "env": env,
-                "cwd": launcher["cwd"], "ranks": launcher["ranks"], "bundle_dir": engine.plan["bundle_dir"],
+                "op": "fork", "generation": self.generation, "argv": list(launcher.argv), "env": env,
+                "cwd": launcher.cwd, "ranks": list(launcher.ranks), "bundle_dir": engine.plan.bundle_dir,
                 "run_id": engine.run_id, "store": {"addr": address, "port": store["port"]},
             })
             agent = registry.read_json(self.gang_dir / f"node-{node}.json")
-            self.nodes_.append(_Node(int(agent.get("pid", 0)), [int(r) for r in launcher["ranks"]]))
+            self.nodes_.append(_Node(int(agent.get("pid", 0)), list(launcher.ranks)))
             for rank, pid in answer["pids"].items():
                 engine.facts.pids.setdefault(int(rank), int(pid))
 
@@ -279,15 +280,17 @@ class WarmGang(DriverDefaults):
         self._hand_back()
 
 
-def _next_attempt(plan: dict[str, Any]) -> Path:
-    """The next attempt (``--max-restarts``) of the run, on the same warm gang (a new generation)."""
-    from nbtrain.store import read_json, write_json_atomic
+def _gang_dir(request: GangRequest) -> Path:
+    """The warm gang the run claimed (``submit`` wrote it into the request); ValueError when there is none."""
+    if request.warm is None or request.warm.gang_dir is None:
+        raise ValueError(f"attempt {request.attempt} of {request.run_id} ({request.attempt_dir}) names no warm gang: "
+                         "its plan.json was not written by a --warm submit; resume the run")
+    return Path(request.warm.gang_dir)
 
-    attempt_dir = next_attempt(plan)
-    written = read_json(AttemptLayout(attempt_dir).plan)
-    written["warm"] = plan["warm"]
-    write_json_atomic(AttemptLayout(attempt_dir).plan, written)
-    return attempt_dir
+
+def _next_attempt(previous: GangRequest) -> Path:
+    """The next attempt (``--max-restarts``) of the run, on the same warm gang (a new generation)."""
+    return write_attempt_files(replace(plan_next(previous), warm=previous.warm))
 
 
 def run_attempts(attempt_dir: Path) -> int:
