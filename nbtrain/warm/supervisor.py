@@ -94,11 +94,10 @@ class WarmGang(DriverDefaults):
     def _sock(self, node: int) -> Path:
         return self.gang_dir / f"node-{node}.sock"
 
-    def _call(self, node: int, message: dict[str, Any], timeout: float = 30.0) -> dict[str, Any]:
+    def _call(self, node: int, message: protocol.Message, timeout: float = 30.0) -> dict[str, Any]:
         answer = protocol.call(self._sock(node), message, timeout=timeout)
         if not answer.get("ok"):
-            raise RuntimeError(f"the warm gang's agent of node {node} refused {message.get('op')!r}: "
-                               f"{answer.get('error')}")
+            raise RuntimeError(f"the warm gang's agent of node {node} refused {message.op!r}: {answer.get('error')}")
         return answer
 
     def start(self, tmp: Path) -> None:
@@ -109,8 +108,8 @@ class WarmGang(DriverDefaults):
         registry.wait_ready(self.gang_dir, progress=engine.notice)
         self.generation = registry.next_generation(self.gang_dir)
         address = "127.0.0.1"
-        store = self._call(0, {"op": "store", "generation": self.generation, "host": address,
-                               "supervisor": engine.identity})
+        store = self._call(0, protocol.StartStore(generation=self.generation, host=address,
+                                                  supervisor=engine.identity))
         self.store_address = f"{address}:{store['port']}"
         gang = registry.read_json(self.gang_dir / "gang.json")
         engine.notice(f"warm gang {self.gang_dir.name}: generation {self.generation} (gang started "
@@ -125,11 +124,11 @@ class WarmGang(DriverDefaults):
             env[watchdog.ENV_SUPERVISOR] = engine.identity  # ranks end themselves if this supervisor dies
             env[stopping.ENV_COOPERATIVE_STOP] = self.store_address
             node = launcher.node
-            answer = self._call(node, {
-                "op": "fork", "generation": self.generation, "argv": list(launcher.argv), "env": env,
-                "cwd": launcher.cwd, "ranks": list(launcher.ranks), "bundle_dir": engine.plan.bundle_dir,
-                "run_id": engine.run_id, "store": {"addr": address, "port": store["port"]},
-            })
+            answer = self._call(node, protocol.ForkRanks(
+                generation=self.generation, run_id=engine.run_id, ranks=launcher.ranks, argv=launcher.argv, env=env,
+                cwd=launcher.cwd, bundle_dir=engine.plan.bundle_dir,
+                store=protocol.StoreAddress(addr=address, port=int(store["port"])),
+            ))
             agent = registry.read_json(self.gang_dir / f"node-{node}.json")
             self.nodes_.append(_Node(int(agent.get("pid", 0)), list(launcher.ranks)))
             for rank, pid in answer["pids"].items():
@@ -143,7 +142,7 @@ class WarmGang(DriverDefaults):
         """The ranks' exit codes, from their agents (an unreachable agent: its ranks are gone, PDEATHSIG)."""
         for node, handle in enumerate(self.nodes_):
             try:
-                exits = self._call(node, {"op": "poll", "generation": self.generation}, timeout=5.0)["exits"]
+                exits = self._call(node, protocol.Poll(generation=self.generation), timeout=5.0)["exits"]
             except (protocol.AgentUnreachable, RuntimeError):
                 exits = {str(r): -9 for r in handle.ranks}  # the agent is gone: so are its ranks (PDEATHSIG)
             for rank, code in exits.items():
@@ -160,7 +159,7 @@ class WarmGang(DriverDefaults):
         for node in range(len(self.nodes_)):
             try:
                 grace = 0.0 if self.stop_missed else END_GRACE_S  # a missed Stop: SIGKILL at once
-                answer = self._call(node, {"op": "end", "generation": self.generation, "grace_s": grace},
+                answer = self._call(node, protocol.End(generation=self.generation, grace_s=grace),
                                     timeout=END_GRACE_S + 10)
             except (protocol.AgentUnreachable, RuntimeError):
                 continue
