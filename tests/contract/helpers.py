@@ -98,9 +98,9 @@ def drain(items: Iterable[T], timeout: float, what: str) -> list[T]:
 # Values JobSpec accepts for every option of a kind, tried in order (ints and floats come from the option's limits).
 _TEXT_VALUES: Mapping[str, tuple[Any, ...]] = {
     "str": ("1",),  # "1" is a name, an image, a path, a quantity and a Slurm time limit (minutes) alike
-    "pairs": ({"x": "s/k"},),  # an environment name, a label, an sbatch option; the value a SECRET/KEY reference
+    "pairs": ({"x": "s/k"}, {"comment": "s/k"}),  # an environment name, a label; an sbatch option (a long name)
     "tolerations": (({"key": "k", "effect": "NoSchedule"},),),
-    "list": (("x:/mnt",),),  # a CLAIM:/PATH volume and a Secret name alike
+    "list": (("x:/mnt",), ("X",)),  # a CLAIM:/PATH volume and a Secret name alike; an --env-public NAME
 }
 
 
