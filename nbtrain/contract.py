@@ -2,9 +2,11 @@
 
 Shape borrowed from TorchX (``AppDryRunInfo[SlurmBatchRequest]``): :class:`Plan` is generic in the backend's own
 request type ``R``, a frozen dataclass per backend that satisfies :class:`Request` (what ``--dry-run`` prints, and
-its JSON form, used only at the process boundary: the attempt's ``plan.json``). Until a backend has converted,
-its request may still be a ``Mapping[str, Any]`` with a ``"describe"`` key: :func:`describe_request` and
-:func:`request_json` read both.
+its JSON form, used only at the process boundary: the attempt's ``plan.json``). The built-in backends' requests
+are typed (local: :class:`nbtrain.gang.request.GangRequest`, Slurm:
+:class:`nbtrain.backends.slurm.request.SlurmRequest`, Kubernetes:
+:class:`nbtrain.backends.kubernetes.request.KubernetesRequest`); a backend installed later may still plan a
+``Mapping[str, Any]`` with a ``"describe"`` key: :func:`describe_request` and :func:`request_json` read both.
 
 - :class:`RunHandle`: what finds ONE ATTEMPT of a run again (saved in the RunRecord; survives kernel restarts);
 - :class:`Plan`: a pure, printable dry run; :class:`Capabilities`: what a backend honours beyond the generic
@@ -46,8 +48,8 @@ class Request(Protocol):
         ...
 
 
-#: The backend's request type. Unbound on purpose while backends convert: a ``Mapping[str, Any]`` request (with a
-#: ``"describe"`` key) still type-checks; converted backends use a frozen dataclass satisfying :class:`Request`.
+#: The backend's request type. Unbound on purpose: a ``Mapping[str, Any]`` request (with a ``"describe"`` key) of a
+#: backend installed later still type-checks; the built-in backends use a frozen dataclass satisfying :class:`Request`.
 R = TypeVar("R")
 
 

@@ -125,8 +125,9 @@ class Backend(abc.ABC):
         Called by whoever restarts a failed attempt (the supervisor of a local or Slurm gang, the Kubernetes
         attempt follower) with the run's ``spec`` and bundle; ``restart_budget`` is the last attempt number the
         run's automatic restarts may reach (the first attempt's, unchanged); ``previous`` is the failed attempt's
-        request (the backend's own request type, or its ``plan.json`` mapping), from which a backend keeps what the
-        restart must not decide again (the device Slurm chose, the working directory). The same checkpoint root
+        request (the backend's own request type, as its supervisor read it back from ``plan.json``; typed ``Any``
+        here because each override names its own), from which a backend keeps what the restart must not decide
+        again (the device Slurm chose, the working directory). The same checkpoint root
         as the earlier attempts. The options were checked when the run was first planned: they are not refused
         again, only the backend's own facts are. Default: refused (a backend without ``capabilities.restarts``).
         """

@@ -13,9 +13,10 @@ Writing the next driver (warm gangs on a cluster, Ray):
 1. Subclass :class:`DriverDefaults` (every hook but :meth:`GangDriver.start`, :meth:`GangDriver.nodes` and
    :meth:`GangDriver.end` has a default that is right for a gang of local processes) and take the engine in
    ``__init__``: ``make_driver(engine)`` is what :func:`nbtrain.gang.engine.supervise` is given. Read the
-   attempt through the engine's public attributes (``plan``, ``dir``, ``run_id``, ``identity``, ``out``,
-   ``facts``, ``cancel_requested``, ``state``); never write ``status.json`` or the supervisor's events yourself.
-2. ``start(tmp)``: start one launcher per node of ``plan["launchers"]`` (its ``argv``, ``env`` over this
+   attempt through the engine's public attributes (``plan``: the :class:`nbtrain.gang.request.GangRequest`,
+   ``dir``, ``run_id``, ``identity``, ``out``, ``facts``, ``cancel_requested``, ``state``); never write
+   ``status.json`` or the supervisor's events yourself.
+2. ``start(tmp)``: start one launcher per node of ``plan.launchers`` (its ``argv``, ``env`` over this
    process's environment, ``cwd``), with ``TMPDIR=tmp`` and :data:`nbtrain.runtime.watchdog.ENV_SUPERVISOR` set
    to ``engine.identity`` (ranks end themselves when the supervisor dies). Return quickly: the launchers are on
    the path from the user's submit to the first step. Ranks write their events and logs into the attempt's

@@ -36,10 +36,11 @@ from nbtrain.gang.evidence import first_failure
 from nbtrain.gang.facts import RankFacts
 from nbtrain.gang.files import AttemptLayout
 from nbtrain.gang.procs import pid_gone
+from nbtrain.gang.request import GangRequest
 from nbtrain.gang.watch import StallWatch
 from nbtrain.model import Failure, RunState
 from nbtrain.runtime import watchdog
-from nbtrain.store import PRIVATE_UMASK, read_json, write_json_atomic
+from nbtrain.store import PRIVATE_UMASK, write_json_atomic
 
 __all__ = ["POLL_S", "RESTART_DELAY_S", "Engine", "supervise"]
 
@@ -50,31 +51,36 @@ RESERVE_BYTES = 256 * 1024
 
 
 class Engine:
-    """Supervises one attempt in ``attempt_dir`` with the driver ``make_driver(engine)``; see the module docstring."""
+    """Supervises one attempt in ``attempt_dir`` with the driver ``make_driver(engine)``; see the module docstring.
 
-    def __init__(self, attempt_dir: Path, make_driver: Callable[[Engine], GangDriver]) -> None:
+    ``request_type``: the request type whose ``plan.json`` the attempt directory holds (a :class:`GangRequest`, or
+    a backend's extension of it, e.g. :class:`nbtrain.backends.slurm.request.SlurmRequest`); ``plan`` is that
+    request.
+    """
+
+    def __init__(self, attempt_dir: Path, make_driver: Callable[[Engine], GangDriver],
+                 request_type: type[GangRequest] = GangRequest) -> None:
         self.dir = attempt_dir
         self.files = AttemptLayout(attempt_dir)
-        self.plan: dict[str, Any] = read_json(self.files.plan)
-        self.run_id: str = self.plan["run_id"]
-        self.world: int = int(self.plan["world_size"])
-        self.attempt: int = int(self.plan["attempt"])
-        self.restart_budget: int = int(self.plan.get("restart_budget", 0))
-        self.events_dir = Path(self.plan["events_dir"])
-        self.logs_dir = Path(self.plan["logs_dir"])
+        self.plan: GangRequest = request_type.load(self.files.plan)
+        self.run_id = self.plan.run_id
+        self.world = self.plan.world_size
+        self.attempt = self.plan.attempt
+        self.restart_budget = self.plan.restart_budget
+        self.events_dir = self.plan.events_dir
+        self.logs_dir = self.plan.logs_dir
         self.out = EventWriter(self.events_dir / "supervisor.jsonl", "supervisor", attempt=self.attempt)
-        self.node_of = {int(rank): int(launcher["node"]) for launcher in self.plan["launchers"]
-                        for rank in launcher["ranks"]}
+        self.node_of = {rank: launcher.node for launcher in self.plan.launchers for rank in launcher.ranks}
         self.tails = {r: FileTail(self.events_dir / f"rank-{r}.jsonl") for r in range(self.world)}
         self.facts = RankFacts()
         self.cancel_requested = False
         self.started = time.time()
         self.state = RunState.STARTING
         self.identity = watchdog.identity()
-        hang = self.plan.get("hang_timeout_s")
+        hang = self.plan.hang_timeout_s
         self.hang_timeout: float | None = float(hang) if hang else None
         self.watch = StallWatch(self.facts, world=self.world, node_of=self.node_of, logs_dir=self.logs_dir,
-                                stall_after=effective_stall_after(self.plan.get("stall_after_s"), self.hang_timeout),
+                                stall_after=effective_stall_after(self.plan.stall_after_s, self.hang_timeout),
                                 hang_timeout=self.hang_timeout, out=self.out, changed=self.write_status)
         self.driver = make_driver(self)
 
@@ -95,7 +101,7 @@ class Engine:
         """Write ``status.json`` (the verdict once ``ended``): what every reader of the attempt trusts."""
         write_json_atomic(self.files.status, {
             "state": self.state.value,
-            "attempt": self.plan["attempt"],
+            "attempt": self.attempt,
             "started": self.started,
             "ended": ended,
             "failure": failure.to_dict() if failure else None,
@@ -121,10 +127,10 @@ class Engine:
 
     def prepare(self) -> Path:
         """Directories of the attempt and its notices, before anything starts; returns the attempt's TMPDIR."""
-        tmp = Path(self.plan["tmp_dir"])
+        tmp = self.plan.tmp_dir
         tmp.mkdir(parents=True, exist_ok=True)
         self.logs_dir.mkdir(parents=True, exist_ok=True)
-        for notice in self.plan.get("notices", []):
+        for notice in self.plan.notices:
             self.notice(notice)
         return tmp
 
@@ -161,7 +167,7 @@ class Engine:
     def observe(self, now: float) -> Observation:
         """What the verdict rules read now (adjusted by the driver)."""
         codes = [code for _, code in self.driver.nodes()]
-        timeout = self.plan.get("timeout_s")
+        timeout = self.plan.timeout_s
         facts = self.facts
         return self.driver.observe(Observation(
             now=now, world=self.world, ranks_done=len(facts.done),
@@ -175,8 +181,8 @@ class Engine:
 
     def _launcher_failed(self, codes: list[int | None]) -> bool:
         """A launcher exited non-zero while some of its ranks had not reported RANK_DONE."""
-        for launcher, code in zip(self.plan["launchers"], codes, strict=True):
-            if code not in (None, 0) and not all(int(r) in self.facts.done for r in launcher["ranks"]):
+        for launcher, code in zip(self.plan.launchers, codes, strict=True):
+            if code not in (None, 0) and not all(r in self.facts.done for r in launcher.ranks):
                 return True
         return False
 
@@ -225,7 +231,7 @@ class Engine:
                 return self.state
             raise
         finally:
-            shutil.rmtree(self.plan["tmp_dir"], ignore_errors=True)
+            shutil.rmtree(self.plan.tmp_dir, ignore_errors=True)
             self._release_reserve()
             self.driver.close()
 
@@ -247,7 +253,7 @@ class Engine:
             failure = self.watch.hang_failure()
             self.finish(state, failure.summary(), failure)
         elif decision.cause is Cause.TIMEOUT:
-            failure = Failure(reason=f"the run exceeded its timeout of {self.plan.get('timeout_s')} s (--timeout)")
+            failure = Failure(reason=f"the run exceeded its timeout of {self.plan.timeout_s} s (--timeout)")
             self.finish(state, failure.reason, failure)
         elif state is RunState.SUCCEEDED:
             self.finish(state, "every rank finished; lingering launchers ended" if decision.end_gang else "")
@@ -298,17 +304,18 @@ class Engine:
 
 
 def supervise(attempt_dir: Path, make_driver: Callable[[Engine], GangDriver],
-              advance: Callable[[dict[str, Any]], Path]) -> NoReturn:
+              advance: Callable[[GangRequest], Path], request_type: type[GangRequest] = GangRequest) -> NoReturn:
     """Supervise attempts from ``attempt_dir`` until a verdict that is not followed by a restart here; exit with it.
 
     ``make_driver`` builds the attempt's driver; ``advance`` plans and writes the next attempt from the failed one's
-    plan (through the backend's ``plan_restart``) and returns its directory.
+    request (through the backend's ``plan_restart``) and returns its directory. ``request_type``: what each
+    attempt's ``plan.json`` holds (see :class:`Engine`).
     """
     # The store is private (nbtrain.store): what this process, its launchers and their ranks write (status, logs,
     # events, result.pkl, checkpoints in the run directory) is this user's only, whatever the kernel's umask.
     os.umask(PRIVATE_UMASK)
     while True:
-        engine = Engine(attempt_dir, make_driver)
+        engine = Engine(attempt_dir, make_driver, request_type)
         state = engine.run()
         if not engine.restarts_here():
             break

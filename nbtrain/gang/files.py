@@ -1,6 +1,7 @@
 """The files of one attempt directory that the gang engine and the backends share (``runs/<id>/attempts/<n>/``)::
 
-    plan.json            the attempt's request, written by ``submit`` (0600), read by its supervisor
+    plan.json            the attempt's request (GangRequest.to_json), written by ``submit`` (0600), read by its
+                         supervisor
     accelerate.yaml      the generated Accelerate config the launchers read (0600; path in the request)
     status.json          the supervisor's state and verdict (only the engine writes it, replaced atomically)
     cancel.request       exists once the user asked to cancel (created empty, 0600; never removed)
@@ -16,12 +17,14 @@ Engine-specific files sit beside them (Slurm: ``slurm.json``, ``srun.log``, ``su
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from nbtrain.store import private_dir, write_json_atomic
+
+if TYPE_CHECKING:
+    from nbtrain.gang.request import GangRequest
 
 __all__ = ["CANCEL_REQUEST", "PLAN", "RESULT", "STATUS", "SUPERVISOR_LOG", "AttemptLayout", "request_cancel",
            "write_attempt_files"]
@@ -80,17 +83,17 @@ class AttemptLayout:
         return self.root / "tmp"
 
 
-def write_attempt_files(request: Mapping[str, Any]) -> Path:
-    """Write what an attempt's supervisor and launchers read: plan.json and the generated Accelerate config.
+def write_attempt_files(request: GangRequest) -> Path:
+    """Write what an attempt's supervisor and launchers read: plan.json (``request.to_json()``, the request type's
+    own: a Slurm request writes its extra fields) and the generated Accelerate config.
 
-    ``request`` is the plan's request in its JSON form (``attempt_dir`` and ``accelerate_config`` among its keys).
     Returns the attempt directory (created private).
     """
-    attempt_dir = private_dir(Path(request["attempt_dir"]))  # the store is private (nbtrain.store)
-    config = request["accelerate_config"]
-    with open(os.open(config["path"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w", encoding="utf-8") as handle:
-        handle.write(config["text"])
-    write_json_atomic(AttemptLayout(attempt_dir).plan, dict(request))
+    attempt_dir = private_dir(Path(request.attempt_dir))  # the store is private (nbtrain.store)
+    config = request.accelerate_config
+    with open(os.open(config.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w", encoding="utf-8") as handle:
+        handle.write(config.text)
+    write_json_atomic(AttemptLayout(attempt_dir).plan, request.to_json())
     return attempt_dir
 
 

@@ -175,8 +175,7 @@ class Agent:
         with conn:
             conn.settimeout(10)
             try:
-                request = protocol.read_message(conn)
-                answer = self._handle(request)
+                answer = self._handle(protocol.parse(protocol.read_message(conn)))
             except Exception as error:  # noqa: BLE001 - a bad request is answered, never fatal to the agent
                 answer = {"ok": False, "error": f"{type(error).__name__}: {error}"}
             try:
@@ -184,39 +183,35 @@ class Agent:
             except OSError:
                 pass
 
-    def _handle(self, request: dict[str, Any]) -> dict[str, Any]:
-        op = request.get("op")
-        if op == "ping":
+    def _handle(self, message: protocol.Message) -> dict[str, Any]:
+        """The answer to one (already checked) message."""
+        if isinstance(message, protocol.Ping):
             return {"ok": True, "pid": os.getpid(), "node": self.node,
                     "running": sorted(g.number for g in self.generations.values() if g.running)}
-        if op == "stop":
+        if isinstance(message, protocol.Stop):
             self.stopping = True
             return {"ok": True}
-        if op == "supervise":
-            return {"ok": True, "pid": self._fork_supervisor(request)}
-        number = int(request["generation"])
-        if op == "store":
-            fresh = self.generations.setdefault(number, Generation(number))
-            fresh.supervisor = str(request.get("supervisor") or "")
-            fresh.store_pid, port = self._fork_store(str(request.get("host") or "127.0.0.1"))
+        if isinstance(message, protocol.Supervise):
+            return {"ok": True, "pid": self._fork_supervisor(message)}
+        if isinstance(message, protocol.StartStore):
+            fresh = self.generations.setdefault(message.generation, Generation(message.generation))
+            fresh.supervisor = message.supervisor
+            fresh.store_pid, port = self._fork_store(message.host or "127.0.0.1")
             return {"ok": True, "port": port}
-        if op == "fork":
-            return {"ok": True, "pids": self._fork_ranks(number, request)}
-        gen = self.generations.get(number)
-        if op == "poll":
-            self._reap()
+        if isinstance(message, protocol.ForkRanks):
+            return {"ok": True, "pids": self._fork_ranks(message)}
+        self._reap()
+        gen = self.generations.get(message.generation)
+        if isinstance(message, protocol.Poll):
             if gen is None:
                 return {"ok": True, "exits": {}, "known": False}
             return {"ok": True, "known": True,
                     "exits": {str(r): gen.exits.get(r) for r in gen.ranks}}
-        if op == "end":
-            self._reap()
-            leaked = self._leaked(gen) if gen is not None else 0
-            ended = sorted(r for r in gen.ranks if r not in gen.exits) if gen is not None else []
-            killed = self._end(gen, grace_s=float(request.get("grace_s", 3.0))) if gen is not None else 0
-            self.generations.pop(number, None)
-            return {"ok": True, "killed": killed, "leaked": leaked, "ended": ended}
-        return {"ok": False, "error": f"unknown op {op!r}"}
+        leaked = self._leaked(gen) if gen is not None else 0  # End
+        ended = sorted(r for r in gen.ranks if r not in gen.exits) if gen is not None else []
+        killed = self._end(gen, grace_s=message.grace_s) if gen is not None else 0
+        self.generations.pop(message.generation, None)
+        return {"ok": True, "killed": killed, "leaked": leaked, "ended": ended}
 
     # -- processes --------------------------------------------------------------------------------
     def _child_setup(self) -> None:
@@ -228,7 +223,7 @@ class Agent:
         if self.listener is not None:
             self.listener.close()
 
-    def _fork_supervisor(self, request: dict[str, Any]) -> int:
+    def _fork_supervisor(self, message: protocol.Supervise) -> int:
         """Fork the supervisor of a warm attempt (saves its interpreter start: nbtrain is imported here)."""
         pid = os.fork()
         if pid == 0:
@@ -239,16 +234,16 @@ class Agent:
                     signal.signal(sig, signal.SIG_DFL)
                 if self.listener is not None:
                     self.listener.close()
-                log = os.open(str(request["log"]), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+                log = os.open(message.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
                 os.dup2(log, 1)
                 os.dup2(log, 2)
                 os.close(log)
                 os.environ.clear()
-                os.environ.update({str(k): str(v) for k, v in request["env"].items()})
-                os.chdir(str(request["cwd"]))
+                os.environ.update(message.env)
+                os.chdir(message.cwd)
                 from nbtrain.warm.supervisor import run_attempts
 
-                code = run_attempts(Path(str(request["attempt_dir"])))
+                code = run_attempts(Path(message.attempt_dir))
             except SystemExit as done:
                 code = done.code if isinstance(done.code, int) else 1
             finally:
@@ -288,25 +283,24 @@ class Agent:
         self.by_pid[pid] = (-1, -1)
         return pid, int(text)
 
-    def _fork_ranks(self, number: int, request: dict[str, Any]) -> dict[str, int]:
+    def _fork_ranks(self, message: protocol.ForkRanks) -> dict[str, int]:
+        number, run_id, store = message.generation, message.run_id, message.store
         gen = self.generations.setdefault(number, Generation(number))
-        base = {str(k): str(v) for k, v in request["env"].items()}
+        base = dict(message.env)
         gen.supervisor = base.get(watchdog.ENV_SUPERVISOR, gen.supervisor)
-        run_id = str(request["run_id"])
-        launch, shape = accelerate_env(request["argv"], base)
-        store = request["store"]
+        launch, shape = accelerate_env(message.argv, base)
         pids: dict[str, int] = {}
-        for local_rank, rank in enumerate(int(r) for r in request["ranks"]):
+        for local_rank, rank in enumerate(message.ranks):
             env = {**base, **launch, **worker_env(
                 rank=rank, local_rank=local_rank, node_rank=shape["node_rank"],
-                nproc_per_node=shape["nproc_per_node"], nnodes=shape["nnodes"], master_addr=str(store["addr"]),
-                store_port=int(store["port"]), generation=number, run_id=run_id)}
+                nproc_per_node=shape["nproc_per_node"], nnodes=shape["nnodes"], master_addr=store.addr,
+                store_port=store.port, generation=number, run_id=run_id)}
             pid = os.fork()
             if pid == 0:
                 try:
                     self._child_setup()
                     marker.mark(procs.MARKER, run_id)  # found by run id, as an exec'd rank (cancel, orphans)
-                    self._become_rank(env, str(request["cwd"]), str(request["bundle_dir"]))
+                    self._become_rank(env, message.cwd, message.bundle_dir)
                 finally:
                     os._exit(70)
             gen.ranks[rank] = pid

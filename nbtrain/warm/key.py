@@ -16,6 +16,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from nbtrain.gang.request import Launcher
 from nbtrain.runtime.rankenv import PER_RUN_ENV
 
 __all__ = ["IMPORT_TIME_ENV", "PER_RUN_ENV", "changed", "gang_key"]
@@ -41,15 +42,15 @@ def _command(argv: Sequence[str]) -> list[str]:
     return out
 
 
-def gang_key(launchers: Sequence[Mapping[str, Any]], config_text: str, environ: Mapping[str, str],
+def gang_key(launchers: Sequence[Launcher], config_text: str, environ: Mapping[str, str],
              versions: Mapping[str, str]) -> tuple[str, dict[str, Any]]:
     """``(key, facts)``: the digest two runs must share to use one gang, and what it was computed from."""
     facts = {
         "nodes": len(launchers),
-        "ranks": [list(launcher["ranks"]) for launcher in launchers],
-        "commands": [_command(launcher["argv"]) for launcher in launchers],
-        "cwd": sorted({str(launcher["cwd"]) for launcher in launchers}),
-        "rank_env": [{k: v for k, v in sorted(launcher["env"].items()) if k not in PER_RUN_ENV}
+        "ranks": [list(launcher.ranks) for launcher in launchers],
+        "commands": [_command(launcher.argv) for launcher in launchers],
+        "cwd": sorted({launcher.cwd for launcher in launchers}),
+        "rank_env": [{k: v for k, v in sorted(launcher.env.items()) if k not in PER_RUN_ENV}
                      for launcher in launchers],
         "accelerate_config": _PORT_LINE.sub("main_process_port: *", config_text),
         "import_env": {k: v for k, v in sorted(environ.items()) if IMPORT_TIME_ENV.match(k)},

@@ -206,7 +206,7 @@ def _retire_idle(root: Path, owner: str, facts: dict[str, Any], successor: str) 
             (gang_dir / "stop").touch()
         for sock in gang_dir.glob("node-*.sock"):
             with contextlib.suppress(protocol.AgentUnreachable):
-                protocol.call(sock, {"op": "stop"}, timeout=2.0)
+                protocol.call(sock, protocol.Stop(), timeout=2.0)
         what = ", ".join(gang_key.changed(gang.get("facts") or {}, facts)) or "its key"
         notices.append(f"warm gang {gang_dir.name} was stopped: this cell changed {what}, so it needs a new gang "
                        f"({successor}), and an idle gang of the old settings would only hold memory until its TTL")
@@ -271,8 +271,8 @@ def fork_supervisor(gang_dir: Path, attempt_dir: Path, *, env: dict[str, str], c
     if not (gang_dir / "node-0.json").exists():
         return None
     try:
-        answer = protocol.call(gang_dir / "node-0.sock", {"op": "supervise", "attempt_dir": str(attempt_dir),
-                                                          "env": env, "cwd": cwd, "log": str(log)}, timeout=10.0)
+        message = protocol.Supervise(attempt_dir=str(attempt_dir), env=env, cwd=cwd, log=str(log))
+        answer = protocol.call(gang_dir / "node-0.sock", message, timeout=10.0)
     except protocol.AgentUnreachable:
         return None
     return int(answer["pid"]) if answer.get("ok") else None
@@ -442,7 +442,7 @@ def stop_gang(gang_dir: Path, *, timeout: float = 10.0) -> int:
         (gang_dir / "stop").touch()
     for sock in gang_dir.glob("node-*.sock"):
         with contextlib.suppress(protocol.AgentUnreachable):
-            protocol.call(sock, {"op": "stop"}, timeout=2.0)
+            protocol.call(sock, protocol.Stop(), timeout=2.0)
     deadline = time.monotonic() + timeout
     while gang_pids(gang_id) and time.monotonic() < deadline:
         _reap()

@@ -20,11 +20,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from nbtrain.backends.local.supervisor import next_attempt
+from nbtrain.backends.local.supervisor import plan_next
 from nbtrain.backends.verdict import Decision, Observation
 from nbtrain.gang.driver import RULES, DriverDefaults
 from nbtrain.gang.engine import Engine, supervise
-from nbtrain.gang.files import AttemptLayout
+from nbtrain.gang.files import write_attempt_files
+from nbtrain.gang.request import GangRequest
 from nbtrain.model import Failure, RunState
 from nbtrain.runtime import stopping, watchdog
 from nbtrain.warm import protocol, registry
@@ -77,7 +78,7 @@ class WarmGang(DriverDefaults):
 
     def __init__(self, engine: Engine) -> None:
         super().__init__(engine)
-        self.gang_dir = Path(engine.plan["warm"]["gang_dir"])
+        self.gang_dir = _gang_dir(engine.plan)
         self.generation = 0
         self.nodes_: list[_Node] = []
         self.leaked = 0  # processes the ranks left in their sessions (the post-run check)
@@ -93,11 +94,10 @@ class WarmGang(DriverDefaults):
     def _sock(self, node: int) -> Path:
         return self.gang_dir / f"node-{node}.sock"
 
-    def _call(self, node: int, message: dict[str, Any], timeout: float = 30.0) -> dict[str, Any]:
+    def _call(self, node: int, message: protocol.Message, timeout: float = 30.0) -> dict[str, Any]:
         answer = protocol.call(self._sock(node), message, timeout=timeout)
         if not answer.get("ok"):
-            raise RuntimeError(f"the warm gang's agent of node {node} refused {message.get('op')!r}: "
-                               f"{answer.get('error')}")
+            raise RuntimeError(f"the warm gang's agent of node {node} refused {message.op!r}: {answer.get('error')}")
         return answer
 
     def start(self, tmp: Path) -> None:
@@ -108,29 +108,29 @@ class WarmGang(DriverDefaults):
         registry.wait_ready(self.gang_dir, progress=engine.notice)
         self.generation = registry.next_generation(self.gang_dir)
         address = "127.0.0.1"
-        store = self._call(0, {"op": "store", "generation": self.generation, "host": address,
-                               "supervisor": engine.identity})
+        store = self._call(0, protocol.StartStore(generation=self.generation, host=address,
+                                                  supervisor=engine.identity))
         self.store_address = f"{address}:{store['port']}"
         gang = registry.read_json(self.gang_dir / "gang.json")
         engine.notice(f"warm gang {self.gang_dir.name}: generation {self.generation} (gang started "
                       f"{time.time() - float(gang.get('created', 0)):.0f} s ago; ranks forked from its agents)",
                       warm={"gang": self.gang_dir.name, "generation": self.generation})
-        for launcher in engine.plan["launchers"]:
+        for launcher in engine.plan.launchers:
             env = dict(os.environ)
-            env.update(launcher["env"])
+            env.update(launcher.env)
             env["TMPDIR"] = str(tmp)
             env.pop("NBTRAIN_SUPERVISOR_OF", None)
             env.pop(registry.MARKER, None)
             env[watchdog.ENV_SUPERVISOR] = engine.identity  # ranks end themselves if this supervisor dies
             env[stopping.ENV_COOPERATIVE_STOP] = self.store_address
-            node = int(launcher["node"])
-            answer = self._call(node, {
-                "op": "fork", "generation": self.generation, "argv": launcher["argv"], "env": env,
-                "cwd": launcher["cwd"], "ranks": launcher["ranks"], "bundle_dir": engine.plan["bundle_dir"],
-                "run_id": engine.run_id, "store": {"addr": address, "port": store["port"]},
-            })
+            node = launcher.node
+            answer = self._call(node, protocol.ForkRanks(
+                generation=self.generation, run_id=engine.run_id, ranks=launcher.ranks, argv=launcher.argv, env=env,
+                cwd=launcher.cwd, bundle_dir=engine.plan.bundle_dir,
+                store=protocol.StoreAddress(addr=address, port=int(store["port"])),
+            ))
             agent = registry.read_json(self.gang_dir / f"node-{node}.json")
-            self.nodes_.append(_Node(int(agent.get("pid", 0)), [int(r) for r in launcher["ranks"]]))
+            self.nodes_.append(_Node(int(agent.get("pid", 0)), list(launcher.ranks)))
             for rank, pid in answer["pids"].items():
                 engine.facts.pids.setdefault(int(rank), int(pid))
 
@@ -142,7 +142,7 @@ class WarmGang(DriverDefaults):
         """The ranks' exit codes, from their agents (an unreachable agent: its ranks are gone, PDEATHSIG)."""
         for node, handle in enumerate(self.nodes_):
             try:
-                exits = self._call(node, {"op": "poll", "generation": self.generation}, timeout=5.0)["exits"]
+                exits = self._call(node, protocol.Poll(generation=self.generation), timeout=5.0)["exits"]
             except (protocol.AgentUnreachable, RuntimeError):
                 exits = {str(r): -9 for r in handle.ranks}  # the agent is gone: so are its ranks (PDEATHSIG)
             for rank, code in exits.items():
@@ -159,7 +159,7 @@ class WarmGang(DriverDefaults):
         for node in range(len(self.nodes_)):
             try:
                 grace = 0.0 if self.stop_missed else END_GRACE_S  # a missed Stop: SIGKILL at once
-                answer = self._call(node, {"op": "end", "generation": self.generation, "grace_s": grace},
+                answer = self._call(node, protocol.End(generation=self.generation, grace_s=grace),
                                     timeout=END_GRACE_S + 10)
             except (protocol.AgentUnreachable, RuntimeError):
                 continue
@@ -279,15 +279,17 @@ class WarmGang(DriverDefaults):
         self._hand_back()
 
 
-def _next_attempt(plan: dict[str, Any]) -> Path:
-    """The next attempt (``--max-restarts``) of the run, on the same warm gang (a new generation)."""
-    from nbtrain.store import read_json, write_json_atomic
+def _gang_dir(request: GangRequest) -> Path:
+    """The warm gang the run claimed (``submit`` wrote it into the request); ValueError when there is none."""
+    if request.warm is None or request.warm.gang_dir is None:
+        raise ValueError(f"attempt {request.attempt} of {request.run_id} ({request.attempt_dir}) names no warm gang: "
+                         "its plan.json was not written by a --warm submit; resume the run")
+    return Path(request.warm.gang_dir)
 
-    attempt_dir = next_attempt(plan)
-    written = read_json(AttemptLayout(attempt_dir).plan)
-    written["warm"] = plan["warm"]
-    write_json_atomic(AttemptLayout(attempt_dir).plan, written)
-    return attempt_dir
+
+def _next_attempt(previous: GangRequest) -> Path:
+    """The next attempt (``--max-restarts``) of the run, on the same warm gang (a new generation)."""
+    return write_attempt_files(replace(plan_next(previous), warm=previous.warm))
 
 
 def run_attempts(attempt_dir: Path) -> int:

@@ -43,7 +43,7 @@ def test_the_attempt_keeps_the_config_dry_run_showed(home: Path, tmp_path: Path)
     assert status.state is RunState.SUCCEEDED, status
 
     written = store.attempt_dir(run_id, 0) / "accelerate.yaml"
-    assert all(x["argv"][x["argv"].index("--config_file") + 1] == str(written) for x in plan.request["launchers"])
+    assert all(x.argv[x.argv.index("--config_file") + 1] == str(written) for x in plan.request.launchers)
     assert written.read_text() == dry_run_text
     config = yaml.safe_load(written.read_text())
     assert config["num_processes"] == 2 and config["distributed_type"] == "MULTI_CPU"

@@ -9,6 +9,7 @@ import os
 import signal
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -45,10 +46,9 @@ def _plan(store: Store, ending: str, *, timeout_s: float | None = None) -> Plan:
     run_id = store.new_run_id("rules")
     real = backend.plan(JobSpec(name="rules", nodes=1, procs_per_node=2, device="cpu", timeout_s=timeout_s),
                         "/nonexistent", "0" * 64, run_id)
-    request = dict(real.request)
-    launcher = dict(request["launchers"][0])
-    launcher["argv"] = [sys.executable, "-c", FAKE_LAUNCHER, request["events_dir"], "0,1", ending]
-    request["launchers"] = [launcher]
+    request = real.request
+    argv = (sys.executable, "-c", FAKE_LAUNCHER, str(request.events_dir), "0,1", ending)
+    request = replace(request, launchers=(replace(request.launchers[0], argv=argv),))
     return Plan(real.backend, run_id, real.spec, real.bundle_digest, real.bundle_dir, request, real.notices)
 
 

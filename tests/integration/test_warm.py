@@ -25,6 +25,8 @@ from procs import pids_with_env  # tests/support, put on sys.path by tests/conft
 from nbtrain.bundle import capture_cell
 from nbtrain.client import submit_bundle
 from nbtrain.events import EventKind
+from nbtrain.gang.files import AttemptLayout
+from nbtrain.gang.request import GangRequest
 from nbtrain.model import RunState
 from nbtrain.spec import JobSpec
 from nbtrain.store import Store
@@ -140,6 +142,27 @@ def test_a_rank_raising_during_a_blocked_all_reduce_is_named_and_the_next_run_is
     after = _run(warm_home, TRAIN)
     assert _finish(after) is RunState.SUCCEEDED, after.failure
     assert _generation(after) > generation  # new processes: nothing of the failed ranks is reused
+
+
+def test_a_failed_warm_attempt_restarts_on_the_same_gang_as_a_new_generation(warm_home: Path) -> None:
+    cell = textwrap.dedent("""
+        import os
+        from accelerate import Accelerator
+        accelerator = Accelerator()
+        if os.environ["NBTRAIN_ATTEMPT"] == "0" and accelerator.process_index == 1:
+            raise ValueError("attempt 0 fails")
+    """)
+    run = _run(warm_home, cell, max_restarts=1)
+    assert _finish(run) is RunState.SUCCEEDED, run.failure
+    history = run.attempts()
+    assert [a["state"] for a in history] == ["failed", "succeeded"], history
+    store = Store(warm_home)
+    first, second = (GangRequest.load(AttemptLayout(store.attempt_dir(run.id, n)).plan) for n in (0, 1))
+    assert first.warm is not None and second.warm == first.warm and second.attempt == 1  # the gang it claimed
+    generations = [int(str(e.data["message"]).split("generation ")[1].split()[0]) for e in run.events()
+                   if e.kind is EventKind.NOTICE and str(e.data.get("message", "")).startswith("warm gang")
+                   and ": generation" in str(e.data.get("message", ""))]
+    assert len(generations) >= 2 and generations[-1] > generations[0], generations  # new processes for attempt 1
 
 
 def test_errors_within_a_second_of_the_first_are_collected_before_the_others_are_ended(warm_home: Path) -> None:

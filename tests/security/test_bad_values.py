@@ -103,7 +103,7 @@ def test_a_cpu_gang_far_beyond_the_cores_is_refused_unless_forced(tmp_path: Path
     with pytest.raises(EnvironmentProblem):
         backend.plan(just_over, str(tmp_path), "0" * 64, "over-000000")
     forced = backend.plan(just_over.with_changes(oversubscribe=True), str(tmp_path), "0" * 64, "over-000000")
-    assert len(forced.request["launchers"]) == 1
+    assert len(forced.request.launchers) == 1
     assert backend.plan(JobSpec(nodes=1, procs_per_node=4 * cores, device="cpu"), str(tmp_path), "0" * 64, "ok-000000")
 
 

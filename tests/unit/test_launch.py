@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,7 @@ def _argv(spec: JobSpec, *, use_gpu: bool, node_rank: int = 0, target: LaunchTar
     )
 
 
-def _value(argv: list[str], flag: str) -> str:
+def _value(argv: Sequence[str], flag: str) -> str:
     assert argv.count(flag) == 1, f"{flag} should appear exactly once in {argv}"
     return argv[argv.index(flag) + 1]
 
@@ -173,26 +174,26 @@ def _files(root: Path) -> list[Path]:
 
 def test_plan_splits_gpus_between_nodes(tmp_path: Path) -> None:
     plan = _plan(_backend(tmp_path, FOUR_H100), JobSpec(nodes=2, procs_per_node=2))
-    node0, node1 = plan.request["launchers"]
-    assert node0["env"]["CUDA_VISIBLE_DEVICES"] == "0,1"
-    assert node1["env"]["CUDA_VISIBLE_DEVICES"] == "2,3"
-    assert (node0["ranks"], node1["ranks"]) == ([0, 1], [2, 3])
+    node0, node1 = plan.request.launchers
+    assert node0.env["CUDA_VISIBLE_DEVICES"] == "0,1"
+    assert node1.env["CUDA_VISIBLE_DEVICES"] == "2,3"
+    assert (node0.ranks, node1.ranks) == ((0, 1), (2, 3))
     assert plan.notices == ()
     assert "CPU" not in plan.render()
-    assert plan.request["use_gpu"] is True
-    for node, launcher in enumerate(plan.request["launchers"]):
-        assert _value(launcher["argv"], "--machine_rank") == str(node)
-        assert _value(launcher["argv"], "--num_processes") == "4"
-        assert "--multi_gpu" in launcher["argv"]
-        assert launcher["env"]["NBTRAIN_RUN_ID"] == "digits-3fa9c2"  # the marker that finds the gang later
-    ports = {_value(x["argv"], "--main_process_port") for x in plan.request["launchers"]}
-    assert ports == {str(plan.request["port"])}  # every node meets at the same rendezvous
+    assert plan.request.use_gpu is True
+    for node, launcher in enumerate(plan.request.launchers):
+        assert _value(launcher.argv, "--machine_rank") == str(node)
+        assert _value(launcher.argv, "--num_processes") == "4"
+        assert "--multi_gpu" in launcher.argv
+        assert launcher.env["NBTRAIN_RUN_ID"] == "digits-3fa9c2"  # the marker that finds the gang later
+    ports = {_value(x.argv, "--main_process_port") for x in plan.request.launchers}
+    assert ports == {str(plan.request.port)}  # every node meets at the same rendezvous
 
 
 def test_plan_uses_the_visible_gpu_ids_not_positions(tmp_path: Path) -> None:
     inventory = GpuInventory(("2", "3", "6", "7"), ("A100",) * 4)
     plan = _plan(_backend(tmp_path, inventory), JobSpec(nodes=2, procs_per_node=2))
-    assert [x["env"]["CUDA_VISIBLE_DEVICES"] for x in plan.request["launchers"]] == ["2,3", "6,7"]
+    assert [x.env["CUDA_VISIBLE_DEVICES"] for x in plan.request.launchers] == ["2,3", "6,7"]
 
 
 def test_plan_refuses_more_gpus_than_the_machine_has(tmp_path: Path) -> None:
@@ -216,23 +217,23 @@ def test_plan_falls_back_to_cpu_with_one_notice(tmp_path: Path) -> None:
     assert "CPU" in plan.notices[0]
     assert "2 node(s) x 2" in plan.notices[0]
     assert plan.render().count(plan.notices[0]) == 1
-    assert plan.request["use_gpu"] is False
-    for launcher in plan.request["launchers"]:
-        assert launcher["env"]["ACCELERATE_USE_CPU"] == "1"
-        assert launcher["env"]["CUDA_VISIBLE_DEVICES"] == ""
-        assert launcher["gpus"] == []
+    assert plan.request.use_gpu is False
+    for launcher in plan.request.launchers:
+        assert launcher.env["ACCELERATE_USE_CPU"] == "1"
+        assert launcher.env["CUDA_VISIBLE_DEVICES"] == ""
+        assert launcher.gpus == ()
 
 
 def test_device_cpu_ignores_present_gpus(tmp_path: Path) -> None:
     plan = _plan(_backend(tmp_path, FOUR_H100), JobSpec(device="cpu", procs_per_node=2))  # type: ignore[arg-type]
-    assert plan.request["use_gpu"] is False
-    assert plan.request["launchers"][0]["env"]["CUDA_VISIBLE_DEVICES"] == ""
+    assert plan.request.use_gpu is False
+    assert plan.request.launchers[0].env["CUDA_VISIBLE_DEVICES"] == ""
     assert "--device cpu" in plan.notices[0]
 
 
 def test_user_env_reaches_every_rank(tmp_path: Path) -> None:
     plan = _plan(_backend(tmp_path, NO_GPU), JobSpec(nodes=2, env={"WANDB_MODE": "offline"}))
-    assert all(x["env"]["WANDB_MODE"] == "offline" for x in plan.request["launchers"])
+    assert all(x.env["WANDB_MODE"] == "offline" for x in plan.request.launchers)
 
 
 def test_plan_writes_nothing(tmp_path: Path) -> None:
@@ -273,8 +274,8 @@ def test_every_gpu_node_gets_a_gpu_or_the_plan_is_refused(tmp_path: Path) -> Non
         plan = _plan(_backend(tmp_path, one_gpu), spec)
     except EnvironmentProblem:
         return
-    for launcher in plan.request["launchers"]:
-        assert launcher["env"]["CUDA_VISIBLE_DEVICES"] != ""
+    for launcher in plan.request.launchers:
+        assert launcher.env["CUDA_VISIBLE_DEVICES"] != ""
 
 
 def test_plan_refuses_fsdp_on_a_machine_without_gpus_and_writes_nothing(tmp_path: Path) -> None:
@@ -287,9 +288,9 @@ def test_plan_refuses_fsdp_on_a_machine_without_gpus_and_writes_nothing(tmp_path
 
 def test_plan_passes_its_own_accelerate_config_and_shows_it(tmp_path: Path) -> None:
     plan = _plan(_backend(tmp_path, FOUR_H100), JobSpec(nodes=2, procs_per_node=2, strategy="fsdp"))  # type: ignore[arg-type]
-    config = plan.request["accelerate_config"]
-    for launcher in plan.request["launchers"]:
-        assert _value(launcher["argv"], "--config_file") == config["path"]
-    assert "distributed_type: FSDP" in config["text"] and "fsdp_version: 2" in config["text"]
+    config = plan.request.accelerate_config
+    for launcher in plan.request.launchers:
+        assert _value(launcher.argv, "--config_file") == config.path
+    assert "distributed_type: FSDP" in config.text and "fsdp_version: 2" in config.text
     assert "accelerate config (" in plan.render() and "distributed_type: FSDP" in plan.render()
     assert _files(tmp_path) == []  # planning writes nothing; submit writes the file next to plan.json

@@ -141,7 +141,7 @@ class KubernetesBackend(StoreBackedBackend):
         return Plan(self.name, run_id, spec, bundle_digest, bundle_dir, request, tuple(notices), attempt)
 
     def plan_restart(self, spec: JobSpec, bundle_dir: str, bundle_digest: str, run_id: str, *, attempt: int,
-                     restart_budget: int, previous: Any = None) -> Plan[KubernetesRequest]:
+                     restart_budget: int, previous: KubernetesRequest | None = None) -> Plan[KubernetesRequest]:
         """The plan of an automatic restart (:mod:`.attempts`): the same checkpoint root, the original budget."""
         from nbtrain.flags import check_supported
 

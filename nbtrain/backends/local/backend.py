@@ -12,7 +12,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +30,7 @@ from nbtrain.events import EventKind, EventWriter
 from nbtrain.gang import procs
 from nbtrain.gang.files import AttemptLayout, request_cancel, write_attempt_files
 from nbtrain.gang.procs import pid_gone
+from nbtrain.gang.request import AccelerateConfig, GangRequest, Launcher, WarmRequest
 from nbtrain.model import Failure, RunState, RunStatus
 from nbtrain.runtime import watchdog
 from nbtrain.spec import Device, JobSpec, Strategy
@@ -77,7 +77,7 @@ class LocalBackend(StoreBackedBackend):
         return run_checkpoint_root(spec.checkpoint_dir, run_id, default=self.store.run_dir(run_id) / "checkpoints")
 
     def _plan(self, spec: JobSpec, bundle_dir: str, bundle_digest: str, run_id: str, *, attempt: int = 0,
-              restart_budget: int | None = None) -> Plan:
+              restart_budget: int | None = None) -> Plan[GangRequest]:
         """Resolve the device, map GPUs to nodes and build one launcher command per node. Writes nothing.
 
         ``attempt`` > 0 plans a restart or resume of an existing run (same checkpoint root);
@@ -102,38 +102,24 @@ class LocalBackend(StoreBackedBackend):
         describe = "\n".join(
             [f"device:    {'GPU ' + ','.join(inventory.ids[:wanted]) if use_gpu else 'CPU (gloo)'}",
              f"rendezvous: 127.0.0.1:{port}"]
-            + [f"node {x['node']} (ranks {x['ranks'][0]}-{x['ranks'][-1]}): " + " ".join(x["argv"]) for x in launchers]
+            + [f"node {x.node} (ranks {x.ranks[0]}-{x.ranks[-1]}): " + " ".join(x.argv) for x in launchers]
             + [f"accelerate config ({config_path}):", *("  " + line for line in facts.config_text.splitlines())]
             + list(facts.team_lines)
         )
-        notices = list(facts.notices)
-        request: dict[str, Any] = {
-            "run_id": run_id,
-            "attempt": attempt,
-            "world_size": spec.world_size,
-            "use_gpu": use_gpu,
-            "port": port,
-            "launchers": launchers,
-            "events_dir": str(AttemptLayout(attempt_dir).events),
-            "logs_dir": str(AttemptLayout(attempt_dir).logs),
-            "tmp_dir": str(AttemptLayout(attempt_dir).tmp),
-            "attempt_dir": str(attempt_dir),
-            "timeout_s": spec.timeout_s,
-            "stall_after_s": spec.stall_after_s,
-            "hang_timeout_s": spec.hang_timeout_s,
-            "restart_budget": attempt + spec.max_restarts if restart_budget is None else restart_budget,
-            "store_root": str(self.store.root),
-            "accelerate_config": {"path": str(config_path), "text": facts.config_text},
-            "bundle_dir": bundle_dir,
-            "bundle_digest": bundle_digest,
-            "notices": notices,
-            "describe": describe,
-        }
         if spec.warm:
-            request["warm"] = {"ttl_s": spec.warm_ttl_s}
-            request["describe"] += ("\nwarm:      ranks forked from a warm gang of this shape (started if none; idle "
-                                    f"TTL {spec.warm_ttl_s:g} s); each node runs the command above's settings")
-        return Plan(self.name, run_id, spec, bundle_digest, bundle_dir, request, tuple(notices), attempt)
+            describe += ("\nwarm:      ranks forked from a warm gang of this shape (started if none; idle "
+                         f"TTL {spec.warm_ttl_s:g} s); each node runs the command above's settings")
+        notices = tuple(facts.notices)
+        request = GangRequest(
+            run_id=run_id, attempt=attempt, world_size=spec.world_size, use_gpu=use_gpu, launchers=launchers,
+            attempt_dir=str(attempt_dir), store_root=str(self.store.root), bundle_dir=bundle_dir,
+            bundle_digest=bundle_digest, accelerate_config=AccelerateConfig(str(config_path), facts.config_text),
+            restart_budget=attempt + spec.max_restarts if restart_budget is None else restart_budget,
+            timeout_s=spec.timeout_s, stall_after_s=spec.stall_after_s, hang_timeout_s=spec.hang_timeout_s,
+            notices=notices, describe=describe, port=port,
+            warm=WarmRequest(ttl_s=spec.warm_ttl_s) if spec.warm else None,
+        )
+        return Plan(self.name, run_id, spec, bundle_digest, bundle_dir, request, notices, attempt)
 
     def _refuse(self, spec: JobSpec, use_gpu: bool, inventory: GpuInventory) -> None:
         """What this machine cannot run: GPUs absent or too few, the strategy on this device, warm shapes a warm gang
@@ -169,12 +155,12 @@ class LocalBackend(StoreBackedBackend):
             )
 
     def _launchers(self, spec: JobSpec, run_id: str, attempt: int, bundle_dir: str, *, use_gpu: bool,
-                   port: int) -> list[dict[str, Any]]:
+                   port: int) -> tuple[Launcher, ...]:
         """One ``accelerate launch`` per node: its argv, environment (its GPUs), directory and ranks."""
         attempt_dir = self.store.attempt_dir(run_id, attempt)
         target = LaunchTarget("nbtrain.runtime.worker", (bundle_dir,))
         threads = max(1, (os.cpu_count() or 1) // max(1, spec.world_size))
-        launchers: list[dict[str, Any]] = []
+        launchers: list[Launcher] = []
         for node in range(spec.nodes):
             ids = self.gpus.ids[node * spec.procs : (node + 1) * spec.procs] if use_gpu else ()
             env = launcher_env(spec, run_id=run_id, attempt=attempt, checkpoint_dir=self.checkpoint_root(spec, run_id),
@@ -184,29 +170,33 @@ class LocalBackend(StoreBackedBackend):
                 spec, python=self.python, use_gpu=use_gpu, node_rank=node,
                 main_address="127.0.0.1", main_port=port, target=target, config_file=str(attempt_dir / CONFIG_NAME),
             )
-            ranks = list(range(node * spec.procs, (node + 1) * spec.procs))
-            launchers.append({"node": node, "argv": argv, "env": env, "cwd": os.getcwd(), "ranks": ranks, "gpus": list(ids)})
-        return launchers
+            ranks = tuple(range(node * spec.procs, (node + 1) * spec.procs))
+            launchers.append(Launcher(node=node, ranks=ranks, argv=tuple(argv), env=env, cwd=os.getcwd(),
+                                      gpus=tuple(ids)))
+        return tuple(launchers)
 
     def plan_restart(self, spec: JobSpec, bundle_dir: str, bundle_digest: str, run_id: str, *, attempt: int,
-                     restart_budget: int, previous: Any = None) -> Plan:
+                     restart_budget: int, previous: GangRequest | None = None) -> Plan[GangRequest]:
         """See :meth:`Backend.plan_restart`: same checkpoint root, the original restart budget (``previous`` unused:
         the device and ports are chosen again on this machine)."""
         return self._plan(spec, bundle_dir, bundle_digest, run_id, attempt=attempt, restart_budget=restart_budget)
 
     # -- I/O --------------------------------------------------------------------------------------
-    def submit(self, plan: Plan) -> RunHandle:
+    def submit(self, plan: Plan[Any]) -> RunHandle:
         """Write plan.json and start the detached supervisor; returns at once.
 
         ``--warm``: the run first claims the warm gang of its key (:mod:`nbtrain.warm`), starting one in the
         background when there is none; a gang busy with another run refuses it (GangBusy) before anything starts.
         """
         request = plan.request
+        if not isinstance(request, GangRequest):
+            raise BackendError(f"the local backend cannot submit a plan of the {plan.backend} backend (its request "
+                               f"is a {type(request).__name__}, not a GangRequest)")
         module = "nbtrain.backends.local.supervisor"
         gang_dir: Path | None = None
-        if request.get("warm"):
-            gang_dir = self._claim_warm_gang(plan)
-            request = {**request, "warm": {**request["warm"], "gang_dir": str(gang_dir)}}
+        if request.warm is not None:
+            gang_dir = self._claim_warm_gang(request, request.warm)
+            request = request.on_warm_gang(gang_dir)
             module = "nbtrain.warm.supervisor"
         try:
             return self._start_supervisor(plan, request, module)
@@ -217,29 +207,28 @@ class LocalBackend(StoreBackedBackend):
                 registry.release(gang_dir, plan.run_id)
             raise
 
-    def _claim_warm_gang(self, plan: Plan) -> Path:
+    def _claim_warm_gang(self, request: GangRequest, warm: WarmRequest) -> Path:
         from nbtrain.warm import registry
         from nbtrain.warm.key import gang_key
 
-        request = plan.request
-        key, facts = gang_key(request["launchers"], request["accelerate_config"]["text"], os.environ,
+        key, facts = gang_key(request.launchers, request.accelerate_config.text, os.environ,
                               registry.environment_stamp(self.python))
-        return registry.acquire(self.store, key, facts, run_id=plan.run_id, ttl_s=float(request["warm"]["ttl_s"]),
+        return registry.acquire(self.store, key, facts, run_id=request.run_id, ttl_s=float(warm.ttl_s),
                                 python=self.python)
 
-    def _start_supervisor(self, plan: Plan, request: Mapping[str, Any], module: str) -> RunHandle:
+    def _start_supervisor(self, plan: Plan[Any], request: GangRequest, module: str) -> RunHandle:
         attempt_dir = write_attempt_files(request)
         env = dict(os.environ)
         env["NBTRAIN_SUPERVISOR_OF"] = plan.run_id
         env.pop(procs.MARKER, None)
-        if request.get("warm"):
+        if request.warm is not None and request.warm.gang_dir is not None:
             from nbtrain.warm import registry
 
             # a ready gang's agent of node 0 forks the supervisor: no interpreter start on the way to the ranks
-            pid = registry.fork_supervisor(Path(request["warm"]["gang_dir"]), attempt_dir, env=env, cwd=os.getcwd(),
+            pid = registry.fork_supervisor(Path(request.warm.gang_dir), attempt_dir, env=env, cwd=os.getcwd(),
                                            log=AttemptLayout(attempt_dir).supervisor_log)
             if pid:
-                return RunHandle(self.name, plan.run_id, {"attempt": plan.request["attempt"], "supervisor_pid": pid})
+                return RunHandle(self.name, plan.run_id, {"attempt": request.attempt, "supervisor_pid": pid})
         with open(os.open(AttemptLayout(attempt_dir).supervisor_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab") as log:
             try:
                 child = subprocess.Popen(
@@ -250,7 +239,7 @@ class LocalBackend(StoreBackedBackend):
             except OSError as error:
                 raise BackendError(f"could not start the local supervisor with {self.python}: {error}") from error
         _children.append(child)
-        return RunHandle(self.name, plan.run_id, {"attempt": plan.request["attempt"], "supervisor_pid": child.pid})
+        return RunHandle(self.name, plan.run_id, {"attempt": request.attempt, "supervisor_pid": child.pid})
 
     def _attempts(self, run_id: str) -> list[int]:
         return attempt_numbers(self.store, run_id)

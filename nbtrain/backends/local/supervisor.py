@@ -15,15 +15,17 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 from nbtrain.gang import procs
 from nbtrain.gang.driver import RULES, DriverDefaults
 from nbtrain.gang.engine import Engine, supervise
 from nbtrain.gang.facts import LAST_LINES
+from nbtrain.gang.files import write_attempt_files
+from nbtrain.gang.request import GangRequest
 from nbtrain.runtime import watchdog
 
-__all__ = ["LAST_LINES", "RULES", "LocalGang", "main", "next_attempt"]
+__all__ = ["LAST_LINES", "RULES", "LocalGang", "main", "next_attempt", "plan_next"]
 
 
 def _die_with_parent() -> None:
@@ -46,17 +48,17 @@ class LocalGang(DriverDefaults):
     def start(self, tmp: Path) -> None:
         """Start every node's launcher with the plan's argv, environment and directory."""
         engine = self.engine
-        for launcher in engine.plan["launchers"]:
+        for launcher in engine.plan.launchers:
             env = dict(os.environ)
-            env.update(launcher["env"])
+            env.update(launcher.env)
             env["TMPDIR"] = str(tmp)  # torchelastic leaves /tmp/torchelastic_* behind; keep them here
             env.pop("NBTRAIN_SUPERVISOR_OF", None)
             env[watchdog.ENV_SUPERVISOR] = engine.identity  # ranks end themselves if this supervisor dies
-            log = open(engine.logs_dir / f"node-{launcher['node']}.log", "ab")
+            log = open(engine.logs_dir / f"node-{launcher.node}.log", "ab")
             self.log_files.append(log)
             self.launchers.append(
                 subprocess.Popen(
-                    launcher["argv"], env=env, cwd=launcher["cwd"], stdin=subprocess.DEVNULL,
+                    launcher.argv, env=env, cwd=launcher.cwd, stdin=subprocess.DEVNULL,
                     stdout=log, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_die_with_parent,
                 )
             )
@@ -82,18 +84,22 @@ class LocalGang(DriverDefaults):
             handle.close()
 
 
-def next_attempt(plan: dict[str, Any]) -> Path:
-    """Plan and write the next attempt of the same run (same spec, bundle and checkpoint root)."""
+def plan_next(previous: GangRequest) -> GangRequest:
+    """The request of the next attempt of the same run (same spec, bundle and checkpoint root); writes nothing."""
     from nbtrain.backends.local.backend import LocalBackend  # restart-time only: the planning side is heavy
-    from nbtrain.gang.files import write_attempt_files
     from nbtrain.store import Store
 
-    store = Store(plan["store_root"])
-    record = store.load(plan["run_id"])
-    new = LocalBackend(store).plan_restart(record.spec, plan["bundle_dir"], plan["bundle_digest"], plan["run_id"],
-                                           attempt=int(plan["attempt"]) + 1,
-                                           restart_budget=int(plan["restart_budget"]), previous=plan)
-    return write_attempt_files(new.request)
+    store = Store(previous.store_root)
+    record = store.load(previous.run_id)
+    new = LocalBackend(store).plan_restart(record.spec, previous.bundle_dir, previous.bundle_digest, previous.run_id,
+                                           attempt=previous.attempt + 1, restart_budget=previous.restart_budget,
+                                           previous=previous)
+    return new.request
+
+
+def next_attempt(previous: GangRequest) -> Path:
+    """Plan and write the next attempt of the same run (:func:`plan_next`); its directory."""
+    return write_attempt_files(plan_next(previous))
 
 
 def main() -> None:

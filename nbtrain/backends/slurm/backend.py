@@ -40,6 +40,7 @@ from nbtrain.backends.launch import LaunchTarget, accelerate_argv, launcher_env
 from nbtrain.backends.launchfacts import launch_facts, refuse_strategy, require_accelerate
 from nbtrain.backends.slurm import cli
 from nbtrain.backends.slurm.jobstate import JobInfo, queued_detail, slurm_verdict
+from nbtrain.backends.slurm.request import SlurmRequest
 from nbtrain.backends.slurm.restarts import Restart, RestartDecision, decide_restart, restart_note
 from nbtrain.backends.slurm.script import batch_script, sbatch_options
 from nbtrain.backends.statusfile import read_status as _read_status
@@ -59,6 +60,7 @@ from nbtrain.gang.files import (
     request_cancel,
     write_attempt_files,
 )
+from nbtrain.gang.request import AccelerateConfig, Launcher
 from nbtrain.model import Failure, RunState, RunStatus
 from nbtrain.runtime import context as rt
 from nbtrain.spec import Device, JobSpec
@@ -133,7 +135,7 @@ class SlurmBackend(StoreBackedBackend):
     # -- plan -------------------------------------------------------------------------------------
     def _plan(self, spec: JobSpec, bundle_dir: str, bundle_digest: str, run_id: str, *, attempt: int = 0,
               restart_budget: int | None = None, use_gpu: bool | None = None, check: bool = True,
-              cwd: str | None = None) -> Plan:
+              cwd: str | None = None) -> Plan[SlurmRequest]:
         """The batch script of ``attempt``; with ``check``, Slurm is asked (``sbatch --test-only``) whether it can run.
 
         Raises EnvironmentProblem without a Slurm client, controller or accelerate; SpecError with Slurm's own
@@ -172,41 +174,43 @@ class SlurmBackend(StoreBackedBackend):
              f"batch script ({attempt_dir / SCRIPT_NAME}):", *("  " + line for line in script.splitlines()),
              "each node: " + " ".join(template).replace("--main_process_port 0", "--main_process_port <free port>"),
              f"accelerate config ({config_path}):", *("  " + line for line in config_text.splitlines())])
-        request: dict[str, Any] = {
-            "run_id": run_id, "attempt": attempt, "world_size": spec.world_size, "nodes": spec.nodes,
-            "use_gpu": use_gpu, "spec": spec.to_dict(), "python": self.python, "cwd": cwd, "env": env,
-            "launchers": [{"node": n, "ranks": list(range(n * spec.procs, (n + 1) * spec.procs))}
-                          for n in range(spec.nodes)],
-            "events_dir": str(files.events), "logs_dir": str(files.logs), "tmp_dir": str(files.tmp),
-            "attempt_dir": str(attempt_dir), "timeout_s": spec.timeout_s, "stall_after_s": spec.stall_after_s,
-            "hang_timeout_s": spec.hang_timeout_s,
-            "restart_budget": attempt + spec.max_restarts if restart_budget is None else restart_budget,
-            "store_root": str(self.store.root), "accelerate_config": {"path": str(config_path), "text": config_text},
-            "bundle_dir": bundle_dir, "bundle_digest": bundle_digest, "notices": notices, "describe": describe,
-            "sbatch_options": options, "script": script,
-        }
+        request = SlurmRequest(
+            run_id=run_id, attempt=attempt, world_size=spec.world_size, use_gpu=use_gpu,
+            launchers=tuple(Launcher(node=n, ranks=tuple(range(n * spec.procs, (n + 1) * spec.procs)))
+                            for n in range(spec.nodes)),
+            attempt_dir=str(attempt_dir), store_root=str(self.store.root), bundle_dir=bundle_dir,
+            bundle_digest=bundle_digest, accelerate_config=AccelerateConfig(str(config_path), config_text),
+            restart_budget=attempt + spec.max_restarts if restart_budget is None else restart_budget,
+            timeout_s=spec.timeout_s, stall_after_s=spec.stall_after_s, hang_timeout_s=spec.hang_timeout_s,
+            notices=tuple(notices), describe=describe,
+            spec=spec, python=self.python, cwd=cwd, env=env, sbatch_options=tuple(options), script=script,
+        )
         return Plan(self.name, run_id, spec, bundle_digest, bundle_dir, request, tuple(notices), attempt)
 
     def plan_restart(self, spec: JobSpec, bundle_dir: str, bundle_digest: str, run_id: str, *, attempt: int,
-                     restart_budget: int, previous: Any = None) -> Plan:
+                     restart_budget: int, previous: SlurmRequest | None = None) -> Plan[SlurmRequest]:
         """See :meth:`Backend.plan_restart`: no Slurm query (the same request already ran); the device and the
         working directory of the attempt it follows (``previous``, its request) are kept."""
         if previous is None:
             raise BackendError(f"a Slurm restart keeps the device and directory of the attempt it follows: attempt "
                                f"{attempt} of {run_id} was planned without the previous attempt's request")
         return self._plan(spec, bundle_dir, bundle_digest, run_id, attempt=attempt, restart_budget=restart_budget,
-                          use_gpu=bool(previous["use_gpu"]), check=False, cwd=str(previous["cwd"]))
+                          use_gpu=previous.use_gpu, check=False, cwd=previous.cwd)
 
     # -- I/O --------------------------------------------------------------------------------------
-    def submit(self, plan: Plan) -> RunHandle:
+    def submit(self, plan: Plan[Any]) -> RunHandle:
         """Write the attempt's files into the (shared) store and ``sbatch`` its script; returns at once."""
-        attempt_dir = write_attempt_files(plan.request)
+        request = plan.request
+        if not isinstance(request, SlurmRequest):
+            raise BackendError(f"the slurm backend cannot submit a plan of the {plan.backend} backend (its request "
+                               f"is a {type(request).__name__}, not a SlurmRequest)")
+        attempt_dir = write_attempt_files(request)
         script_path = attempt_dir / SCRIPT_NAME
         with open(os.open(script_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o700), "w", encoding="utf-8") as out:
-            out.write(plan.request["script"])
+            out.write(request.script)
         job_id = cli.sbatch(str(script_path))
         write_json_atomic(attempt_dir / SLURM_FILE, {"job_id": job_id})
-        return RunHandle(self.name, plan.run_id, {"attempt": plan.request["attempt"], "job_id": job_id})
+        return RunHandle(self.name, plan.run_id, {"attempt": request.attempt, "job_id": job_id})
 
     def _job_id(self, handle: RunHandle, attempt: int) -> str:
         """The Slurm job of ``attempt`` ("" while none is known: its job is being submitted)."""
@@ -303,8 +307,13 @@ class SlurmBackend(StoreBackedBackend):
         if (root / CANCEL_REQUEST).exists():
             _final(root, attempt, RunState.CANCELLED, None, "cancelled by the user while restarting")
             return True
-        plan = read_json(root / PLAN)
-        budget = int(plan.get("restart_budget", attempt))
+        try:
+            previous = SlurmRequest.load(root / PLAN)
+        except (OSError, ValueError) as error:
+            reason = f"{failure.reason}; the automatic restart (attempt {attempt + 1}) could not be planned: {error}"
+            _final(root, attempt, RunState.FAILED, Failure.from_dict({**failure.to_dict(), "reason": reason}), reason)
+            return True
+        budget = previous.restart_budget
         if data.get("restart") != Restart.NEW_ALLOCATION.value:
             # the supervisor meant a new step, but the allocation ended before it started one
             decision = decide_restart(job_state=job.state if job is not None else None, node_failed=None,
@@ -316,11 +325,11 @@ class SlurmBackend(StoreBackedBackend):
                        reason)
                 return True
         try:
-            spec = _without_node(JobSpec.from_dict(plan["spec"]), data.get("lost_node"))
-            if not Path(plan["bundle_dir"]).is_dir():
-                raise EnvironmentProblem(f"the bundle {plan['bundle_dir']} is gone from the store")
-            new = self.plan_restart(spec, plan["bundle_dir"], plan["bundle_digest"], run_id, attempt=attempt + 1,
-                                    restart_budget=budget, previous=plan)
+            spec = _without_node(previous.spec, data.get("lost_node"))
+            if not Path(previous.bundle_dir).is_dir():
+                raise EnvironmentProblem(f"the bundle {previous.bundle_dir} is gone from the store")
+            new = self.plan_restart(spec, previous.bundle_dir, previous.bundle_digest, run_id, attempt=attempt + 1,
+                                    restart_budget=budget, previous=previous)
             submitted = self.submit(new)
         except Exception as error:  # noqa: BLE001 - whatever stops the restart becomes the verdict, never a hang
             reason = f"{failure.reason}; the automatic restart (attempt {attempt + 1}) could not be submitted: {error}"
@@ -346,8 +355,8 @@ class SlurmBackend(StoreBackedBackend):
         note = ""
         if state is RunState.FAILED:
             try:
-                budget = int(read_json(attempt_dir / PLAN).get("restart_budget", attempt))
-            except (OSError, ValueError, AttributeError):
+                budget = SlurmRequest.load(attempt_dir / PLAN).restart_budget
+            except (OSError, ValueError):
                 budget = attempt
             decision = decide_restart(job_state=job.state if job is not None else None, node_failed=None,
                                       cancelled=cancelled, attempt=attempt, restart_budget=budget,

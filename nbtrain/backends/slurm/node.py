@@ -14,10 +14,10 @@ import sys
 from pathlib import Path
 
 from nbtrain.backends.launch import LaunchTarget, accelerate_argv, device_env
+from nbtrain.backends.slurm.request import SlurmRequest
 from nbtrain.gang.files import PLAN
 from nbtrain.runtime import context as rt
 from nbtrain.runtime import watchdog
-from nbtrain.spec import JobSpec
 from nbtrain.store import PRIVATE_UMASK, read_json
 
 
@@ -28,12 +28,11 @@ def main() -> None:
         sys.exit(2)
     attempt_dir, address, port = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
     os.umask(PRIVATE_UMASK)
-    plan = read_json(attempt_dir / PLAN)
+    request = SlurmRequest.load(attempt_dir / PLAN)
     node = int(os.environ.get("SLURM_NODEID", "0"))
-    spec = JobSpec.from_dict(plan["spec"])
     env = dict(os.environ)
-    env.update(plan["env"])
-    if plan["use_gpu"]:
+    env.update(request.env)
+    if request.use_gpu:
         env["ACCELERATE_USE_CPU"] = "0"  # Slurm's gres plugin set CUDA_VISIBLE_DEVICES for this node's GPUs
     else:
         env.update(device_env(False))
@@ -47,11 +46,11 @@ def main() -> None:
         supervisor = {}
     if supervisor.get("host") == socket.gethostname() and supervisor.get("identity"):
         env[watchdog.ENV_SUPERVISOR] = supervisor["identity"]  # ranks end themselves if the supervisor dies
-    argv = accelerate_argv(spec, python=plan["python"], use_gpu=bool(plan["use_gpu"]), node_rank=node,
+    argv = accelerate_argv(request.spec, python=request.python, use_gpu=request.use_gpu, node_rank=node,
                            main_address=address, main_port=port,
-                           target=LaunchTarget("nbtrain.runtime.worker", (plan["bundle_dir"],)),
-                           config_file=plan["accelerate_config"]["path"])
-    os.chdir(plan["cwd"])
+                           target=LaunchTarget("nbtrain.runtime.worker", (request.bundle_dir,)),
+                           config_file=request.accelerate_config.path)
+    os.chdir(request.cwd)
     os.execvpe(argv[0], argv, env)
 
 

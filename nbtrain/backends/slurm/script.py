@@ -14,10 +14,12 @@ and each node's task execs ``accelerate launch --machine_rank $SLURM_NODEID`` (:
 from __future__ import annotations
 
 import shlex
-from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING
 
 from nbtrain.spec import JobSpec, sbatch_lines
+
+if TYPE_CHECKING:
+    from nbtrain.backends.slurm.request import SlurmRequest
 
 __all__ = ["batch_script", "probe_argv", "sbatch_options", "srun_argv"]
 
@@ -50,13 +52,13 @@ def batch_script(options: list[str], *, python: str, attempt_dir: str, run_id: s
     return "\n".join(lines)
 
 
-def srun_argv(request: Mapping[str, Any], *, address: str, port: int) -> list[str]:
+def srun_argv(request: SlurmRequest, *, address: str, port: int) -> list[str]:
     """The step that starts one launcher per node (``--kill-on-bad-exit``: one failed node ends the step)."""
-    nodes = int(request["nodes"])
+    nodes = request.nodes
     return [
         "srun", f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1", "--kill-on-bad-exit=1",
-        f"--output={request['logs_dir']}/node-%n.log", "--export=ALL", f"--job-name=nbtrain-{request['run_id']}",
-        request["python"], "-m", "nbtrain.backends.slurm.node", request["attempt_dir"], address, str(port),
+        f"--output={request.logs_dir}/node-%n.log", "--export=ALL", f"--job-name=nbtrain-{request.run_id}",
+        request.python, "-m", "nbtrain.backends.slurm.node", request.attempt_dir, address, str(port),
     ]
 
 

@@ -28,6 +28,7 @@ from typing import IO, Any
 from nbtrain.backends.local.ports import free_port
 from nbtrain.backends.slurm import cli
 from nbtrain.backends.slurm.jobstate import slurm_verdict
+from nbtrain.backends.slurm.request import SlurmRequest
 from nbtrain.backends.slurm.restarts import Restart, RestartDecision, decide_restart, restart_note
 from nbtrain.backends.slurm.script import probe_argv, srun_argv
 from nbtrain.backends.slurm.steplog import blame_node, node_failure, unreachable_node
@@ -39,6 +40,7 @@ from nbtrain.gang.engine import Engine
 from nbtrain.gang.engine import supervise as engine_supervise
 from nbtrain.gang.facts import LAST_LINES, attempt_checkpointed
 from nbtrain.gang.files import CANCEL_REQUEST, SUPERVISOR_LOG, write_attempt_files
+from nbtrain.gang.request import GangRequest
 from nbtrain.model import Failure, RunState
 from nbtrain.store import private_dir, write_json_atomic
 
@@ -53,6 +55,7 @@ class SrunGang(DriverDefaults):
 
     def __init__(self, engine: Engine) -> None:
         super().__init__(engine)
+        self.request = SlurmRequest.of(engine.plan)
         self.host = socket.gethostname()
         self.step: subprocess.Popen[bytes] | None = None
         self.log: IO[bytes] | None = None
@@ -75,8 +78,8 @@ class SrunGang(DriverDefaults):
         env.pop("NBTRAIN_SUPERVISOR_OF", None)
         env[procs.MARKER] = engine.run_id
         self.log = open(engine.dir / "srun.log", "ab")
-        self.step = subprocess.Popen(srun_argv(engine.plan, address=address, port=port), env=env,
-                                     cwd=engine.plan["cwd"], stdin=subprocess.DEVNULL, stdout=self.log,
+        self.step = subprocess.Popen(srun_argv(self.request, address=address, port=port), env=env,
+                                     cwd=self.request.cwd, stdin=subprocess.DEVNULL, stdout=self.log,
                                      stderr=subprocess.STDOUT, start_new_session=True)
 
     def nodes(self) -> list[tuple[int, int | None]]:
@@ -84,7 +87,7 @@ class SrunGang(DriverDefaults):
         if self.step is None:
             return []
         code = self.step.poll()
-        return [(self.step.pid, code) for _ in self.engine.plan["launchers"]]
+        return [(self.step.pid, code) for _ in self.request.launchers]
 
     def watched_pid(self, rank: int, pid: int, event: Event) -> int:
         """A rank on another node is not watched by PID: its PID means nothing in this /proc."""
@@ -217,7 +220,7 @@ class SrunGang(DriverDefaults):
         checkpointed = attempt_checkpointed(engine.events_dir)
         decision = decide_restart(job_state=state, node_failed=lost, cancelled=False, attempt=attempt,
                                   restart_budget=budget, checkpointed=checkpointed)
-        nodes = int(engine.plan["nodes"])
+        nodes = self.request.nodes
         if decision.restart is Restart.IN_PLACE and nodes > 1:
             # a task "Killed" on another node may be that node gone: slurmctld says so only after SlurmdTimeout,
             # and a step started there meanwhile would fail again. Ask every node to start a task first.
@@ -232,18 +235,17 @@ class SrunGang(DriverDefaults):
         return decision
 
 
-def next_attempt(plan: dict[str, Any]) -> Path:
+def next_attempt(previous: GangRequest) -> Path:
     """Plan and write the next attempt of the same run in the same allocation (same spec, bundle, checkpoints)."""
     from nbtrain.backends.slurm.backend import SlurmBackend
-    from nbtrain.spec import JobSpec
     from nbtrain.store import Store
 
-    store = Store(plan["store_root"])
-    new = SlurmBackend(store).plan_restart(JobSpec.from_dict(plan["spec"]), plan["bundle_dir"], plan["bundle_digest"],
-                                           plan["run_id"], attempt=int(plan["attempt"]) + 1,
-                                           restart_budget=int(plan["restart_budget"]), previous=plan)
+    plan = SlurmRequest.of(previous)
+    new = SlurmBackend(Store(plan.store_root)).plan_restart(plan.spec, plan.bundle_dir, plan.bundle_digest,
+                                                            plan.run_id, attempt=plan.attempt + 1,
+                                                            restart_budget=plan.restart_budget, previous=plan)
     # the job id first: a reader that finds the new attempt's directory knows at once which job runs it
-    root = private_dir(Path(new.request["attempt_dir"]))
+    root = private_dir(Path(new.request.attempt_dir))
     write_json_atomic(root / SLURM_FILE, {"job_id": os.environ.get("SLURM_JOB_ID", "")})  # the same job runs it
     return write_attempt_files(new.request)
 
@@ -254,7 +256,7 @@ def supervise(attempt_dir: Path) -> None:
     The engine's loop (:func:`nbtrain.gang.engine.supervise`); :meth:`SrunGang.placement` leaves a restart in a new
     allocation to the kernel's side, and no restart starts once Slurm is ending the job.
     """
-    engine_supervise(attempt_dir, SrunGang, next_attempt)
+    engine_supervise(attempt_dir, SrunGang, next_attempt, SlurmRequest)
 
 
 def main() -> None:

@@ -18,8 +18,10 @@ import pytest
 
 from nbtrain.gang.driver import DriverDefaults
 from nbtrain.gang.engine import Engine
+from nbtrain.gang.files import write_attempt_files
+from nbtrain.gang.request import AccelerateConfig, GangRequest, Launcher
 from nbtrain.model import Failure, RunState
-from nbtrain.store import read_json, write_json_atomic
+from nbtrain.store import read_json
 
 RANK = """
 import os, sys
@@ -73,12 +75,12 @@ class TwoProcesses(DriverDefaults):
 
 def _attempt(tmp_path: Path, *, restart_budget: int = 0) -> Path:
     root = tmp_path / "attempts" / "0"
-    root.mkdir(parents=True)
-    write_json_atomic(root / "plan.json", {
-        "run_id": "r-1", "attempt": 0, "world_size": 2, "events_dir": str(root / "events"),
-        "logs_dir": str(root / "logs"), "tmp_dir": str(root / "tmp"), "restart_budget": restart_budget,
-        "launchers": [{"node": 0, "ranks": [0, 1]}], "timeout_s": 120,
-    })
+    request = GangRequest(
+        run_id="r-1", attempt=0, world_size=2, use_gpu=False, launchers=(Launcher(node=0, ranks=(0, 1)),),
+        attempt_dir=str(root), store_root=str(tmp_path), bundle_dir=str(tmp_path / "bundle"), bundle_digest="0" * 64,
+        accelerate_config=AccelerateConfig(str(root / "accelerate.yaml"), "num_processes: 2\n"),
+        restart_budget=restart_budget, timeout_s=120)
+    assert write_attempt_files(request) == root
     return root
 
 

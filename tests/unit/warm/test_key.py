@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from nbtrain.gang.request import Launcher
 from nbtrain.warm import key
 
 
-def _launchers(env: dict[str, str]) -> list[dict[str, object]]:
-    argv = ["python", "-m", "accelerate.commands.launch", "--num_processes", "2", "--main_process_port", "1234",
-            "--config_file", "/x/accelerate.yaml", "-m", "nbtrain.runtime.worker", "/bundle"]
-    return [{"node": 0, "argv": argv, "env": {"NBTRAIN_RUN_ID": "r", **env}, "cwd": "/work", "ranks": [0, 1]}]
+def _launchers(env: dict[str, str]) -> list[Launcher]:
+    argv = ("python", "-m", "accelerate.commands.launch", "--num_processes", "2", "--main_process_port", "1234",
+            "--config_file", "/x/accelerate.yaml", "-m", "nbtrain.runtime.worker", "/bundle")
+    return [Launcher(node=0, ranks=(0, 1), argv=argv, env={"NBTRAIN_RUN_ID": "r", **env}, cwd="/work")]
 
 
 def test_a_changed_env_changes_the_key_and_the_notice_names_it() -> None:

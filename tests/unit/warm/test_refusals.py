@@ -45,8 +45,8 @@ def test_a_single_process_warm_run_is_refused_before_anything_starts(
 @pytest.mark.parametrize("shape", [{"procs_per_node": 2}, {"nodes": 2}], ids=["--gpus 2", "--nodes 2 --gpus 1"])
 def test_a_multi_process_warm_run_plans(local: LocalBackend, bundle: tuple[str, str], shape: dict[str, int]) -> None:
     plan = local.plan(JobSpec(warm=True, device="cpu", **shape), bundle[0], bundle[1], "job-1")  # type: ignore[arg-type]
-    assert plan.request["warm"]
-    assert all("--multi_gpu" in launcher["argv"] for launcher in plan.request["launchers"])
+    assert plan.request.warm is not None and plan.request.warm.ttl_s == plan.spec.warm_ttl_s
+    assert all("--multi_gpu" in launcher.argv for launcher in plan.request.launchers)
 
 
 def test_the_same_single_process_run_cold_plans(local: LocalBackend, bundle: tuple[str, str]) -> None:
