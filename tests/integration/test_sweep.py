@@ -1,0 +1,141 @@
+"""Issue 25's done-when on the local backend: a 2x3 grid sweep with concurrency 2 from ``%%sweep`` gives 6 child
+runs under one MLflow parent (read back with the MLflow client); the deliberately bad setting is stopped early and
+its verdict says why; the best trial is named; at most 2 trials ran at any moment (their recorded start and end
+times); a fresh process attaches to the sweep while it runs and after it ended."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+
+# lr=9.0 is the deliberately bad setting: its loss is far above the others', and it would run 300 steps
+CELL = '''%%sweep --name sw --gpus 1 --sweep-param lr=0.1,0.01,9.0 --sweep-param width=16,8 --concurrency 2 \
+--objective loss --grace-steps 3 --out sweep
+import math
+import time
+import nbtrain
+steps = 10 if lr < 1 else 300
+for step in range(1, steps + 1):
+    nbtrain.log(step=step, total=steps, loss=1.0 / (step + 1) + abs(math.log10(lr) + 2) + 0.001 * width)
+    time.sleep(0.2)
+'''
+
+
+def _attach_in_new_process(sweep_id: str) -> str:
+    """``nbtrain sweeps ID`` in a fresh process (what a restarted kernel has: the store only)."""
+    done = subprocess.run([sys.executable, "-m", "nbtrain", "sweeps", sweep_id], capture_output=True, text=True,
+                          timeout=120, env=dict(os.environ))
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_grid_sweep_on_the_local_backend(home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                         shell: Any, run_cell: Any) -> None:
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("NBTRAIN_TRACKING", "1")  # after `home`, which turns it off
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.chdir(tmp_path)
+    from mlflow import MlflowClient
+
+    # the tracking store exists before the trials' agents start: two creating one sqlite file at once collide
+    MlflowClient(tracking_uri=uri).search_experiments()
+    run_cell("lr = 0.1\nwidth = 16")
+    run_cell(CELL)
+    sweep = shell.user_ns["sweep"]
+    early = _attach_in_new_process(sweep.id)
+    assert f"sweep {sweep.id}: running" in early
+
+    from nbtrain.sweep.record import SweepState, TrialState
+    from nbtrain.sweep.supervisor import supervisor_alive
+
+    assert sweep.wait(timeout=480, progress=False) is SweepState.DONE, sweep.summary()
+    record = sweep.record
+    trials = sweep.trials()
+    assert len(trials) == 6 and [t.params for t in record.trials] == [
+        {"lr": lr, "width": w} for lr in ("0.1", "0.01", "9.0") for w in ("16", "8")]
+
+    # the bad setting was stopped early by the sweep, and each of its runs' verdicts says why
+    states = {t.index: t.state for t in record.trials}
+    assert states == {0: TrialState.SUCCEEDED, 1: TrialState.SUCCEEDED, 2: TrialState.SUCCEEDED,
+                      3: TrialState.SUCCEEDED, 4: TrialState.STOPPED, 5: TrialState.STOPPED}, sweep.summary()
+    for run in trials[4:]:
+        assert run.status().value == "cancelled"
+        reason = run.store.load(run.id).cancel_reason or ""
+        assert reason.startswith(f"stopped early by sweep {sweep.id}: objective loss ") and "worse than the median" in \
+            reason, reason
+        assert "CANCELLED: stopped early by sweep" in run.summary()
+        assert max(step for step, _ in run.metrics()["loss"]) < 100  # stopped long before its 300 steps
+
+    # the best trial is named: lr=0.01, width=8
+    best = sweep.best()
+    assert best is not None and best.id == record.trials[3].run_id and record.best == 3
+    assert "best trial: 3" in sweep.summary()
+
+    # at most 2 trials at any moment, from the trials' recorded start (submit) and end times
+    spans = [(r.record.created, r.store.load(r.id).ended) for r in trials]
+    assert all(end is not None for _, end in spans)
+    for start, _ in spans:
+        assert sum(1 for s, e in spans if s <= start < e) <= 2, spans  # type: ignore[operator]
+
+    # 6 child runs under one MLflow parent, read back with the MLflow client
+    for run in trials:
+        run.wait_tracking(120)
+    client = MlflowClient(tracking_uri=uri)
+    parent = client.get_run(str(record.mlflow_parent))
+    assert parent.data.tags["nbtrain.best_run_id"] == best.id and parent.info.status == "FINISHED"
+    assert parent.data.metrics["best_loss"] == pytest.approx(1 / 11 + 0.008)  # step 10 of lr=0.01, width=8
+    children = client.search_runs([parent.info.experiment_id],
+                                  filter_string=f"tags.`mlflow.parentRunId` = '{parent.info.run_id}'")
+    assert sorted(c.data.tags["nbtrain.run_id"] for c in children) == sorted(r.id for r in trials)
+    stopped = [c for c in children if "nbtrain.sweep.stopped" in c.data.tags]
+    assert sorted(c.data.tags["nbtrain.run_id"] for c in stopped) == sorted(r.id for r in trials[4:])
+
+    # a fresh process (a restarted kernel) attaches to the finished sweep and shows it
+    shown = _attach_in_new_process(sweep.id[:12])
+    assert f"sweep {sweep.id}: done" in shown and "stopped early: objective loss" in shown and "best trial: 3" in shown
+
+    # nothing of the sweep lives on: its supervisor, the trials' gangs and their tracking agents have exited
+    from procs import pids_with_env  # tests/support
+
+    ids = {r.id for r in trials}
+    def alive() -> list[int]:
+        return [pid for name in ("NBTRAIN_RUN_ID", "NBTRAIN_SUPERVISOR_OF", "NBTRAIN_TRACKING_OF")
+                for pid in pids_with_env(name, ids)]
+
+    waited = time.monotonic()
+    while alive() and time.monotonic() < waited + 60:
+        time.sleep(0.5)
+    assert not alive(), f"still alive after {time.monotonic() - waited:.0f} s"
+    print(f"trial processes gone {time.monotonic() - waited:.1f} s after the checks")
+    assert not supervisor_alive(sweep.store, sweep.id)
+
+
+def test_sweep_mistakes_and_dry_run_start_nothing(home: Path, shell: Any, run_cell: Any,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    from IPython.core.error import UsageError
+
+    run_cell("lr = 0.1")
+    body = "\nprint(lr)\n"
+    with pytest.raises(UsageError, match=r"%%sweep: nothing was submitted\. --sweep: a sweep needs the parameters"):
+        run_cell("%%sweep --gpus 1" + body)
+    with pytest.raises(UsageError, match=r"'depth' is not a parameter of this cell \(.*\); parameters: lr\."):
+        run_cell("%%distributed --gpus 1 --sweep-param depth=1,2" + body)
+    with pytest.raises(UsageError, match="a sweep starts new runs"):
+        run_cell("%%sweep --resume abc --sweep-param lr=1,2" + body)
+    with pytest.raises(UsageError, match="--trials 3: a grid runs every combination"):
+        run_cell("%%sweep --sweep-param lr=1,2 --trials 3" + body)
+    with pytest.raises(UsageError, match=r"trial 1 \(lr=fast\): --param lr=fast: not a valid float"):
+        run_cell("%%sweep --gpus 1 --sweep-param lr=0.5,fast" + body)
+    run_cell("%%sweep --gpus 1 --sweep-param lr=0.5,0.05 --concurrency 2 --dry-run" + body)
+    out = capsys.readouterr().out
+    assert "sweep: grid, 2 trial(s), at most 2 at a time" in out and "trial 1: lr=0.05" in out
+    assert not (home / "runs").exists() or not any((home / "runs").iterdir())
+    assert not (home / "sweeps").exists() or not any((home / "sweeps").iterdir())
