@@ -63,6 +63,7 @@ class SweepSupervisor:
 
     def run(self) -> None:
         """Every round until the sweep is done; then the best trial and the MLflow parent's end."""
+        self._adopt_orphans()
         while True:
             progress = self._refresh()
             self._stop_laggards(progress)
@@ -73,6 +74,19 @@ class SweepSupervisor:
                 break
             time.sleep(self.poll_s)
         self._finish(self._refresh())
+
+    def _adopt_orphans(self) -> None:
+        """A previous supervisor killed between submitting a trial and saving its run id left a run the record does
+        not name: find it by the sweep and trial its record names (``notebook``), instead of submitting it again."""
+        waiting = {t.index: t for t in self.record.trials if t.state is TrialState.WAITING}
+        if not waiting:
+            return
+        for run_record in self.store.records():
+            origin = run_record.notebook or {}
+            if origin.get("sweep") == self.record.sweep_id and str(origin.get("sweep_trial")).isdigit():
+                trial = waiting.get(int(origin["sweep_trial"]))
+                if trial is not None:
+                    trial.run_id, trial.state, trial.submitted = run_record.run_id, TrialState.RUNNING, run_record.created
 
     def _run_of(self, trial: TrialEntry) -> Run:
         run = self._runs.get(trial.index)

@@ -139,3 +139,77 @@ def test_sweep_mistakes_and_dry_run_start_nothing(home: Path, shell: Any, run_ce
     assert "sweep: grid, 2 trial(s), at most 2 at a time" in out and "trial 1: lr=0.05" in out
     assert not (home / "runs").exists() or not any((home / "runs").iterdir())
     assert not (home / "sweeps").exists() or not any((home / "sweeps").iterdir())
+
+
+JOB_CELL = """%%distributed --nodes 1 --gpus 1 --name jobsw
+import time
+import nbtrain
+for step in range(1, 13):
+    nbtrain.log(step=step, loss=scale + 1.0 / step)
+    time.sleep(0.25)
+"""
+
+
+def _nbtrain(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "nbtrain", *args], capture_output=True, text=True, timeout=300)
+
+
+def _supervisor_pids(sweep_id: str) -> list[int]:
+    pids = []
+    for proc in Path("/proc").iterdir():
+        try:
+            cmdline = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"nbtrain.sweep.supervisor" in cmdline and sweep_id.encode() in cmdline:
+            pids.append(int(proc.name))
+    return pids
+
+
+def test_cli_sweep_of_an_exported_job_survives_its_supervisor(home: Path, tmp_path: Path) -> None:
+    """`nbtrain sweep DIR` over a job's parameter; the supervisor is killed mid-sweep (a reboot, an OOM kill) and
+    `nbtrain sweeps ID` starts a new one, which follows the submitted trials and finishes the sweep."""
+    import json
+
+    import nbformat
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    notebook = tmp_path / "jobsw.ipynb"
+    nbformat.write(new_notebook(cells=[new_code_cell("scale = 1.0", metadata={"tags": ["parameters"]}),
+                                       new_code_cell(JOB_CELL)]), str(notebook))
+    done = _nbtrain("export", str(notebook), "-o", str(tmp_path / "job"), "--json")
+    assert done.returncode == 0, done.stderr
+    bad = _nbtrain("sweep", str(tmp_path / "job"), "--sweep-param", "depth=1,2")
+    assert bad.returncode == 2 and "'depth' is not a parameter of the job" in bad.stderr and "scale" in bad.stderr
+    started = _nbtrain("sweep", str(tmp_path / "job"), "--sweep-param", "scale=3.0,1.0", "--objective", "loss",
+                       "--early-stop", "none", "--json")
+    assert started.returncode == 0, started.stderr
+    sweep_id = json.loads(started.stdout)["sweep_id"]
+
+    deadline = time.monotonic() + 60
+    while not (pids := _supervisor_pids(sweep_id)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    for pid in pids:
+        os.kill(pid, 9)  # the supervisor this test started, by its pid
+    time.sleep(1)
+    assert not _supervisor_pids(sweep_id)
+
+    shown = _nbtrain("sweeps", sweep_id)  # attach: a new supervisor carries the sweep on
+    assert shown.returncode == 0 and f"sweep {sweep_id}: running" in shown.stdout, shown.stdout + shown.stderr
+    from nbtrain.store import Store
+    from nbtrain.sweep.handle import Sweep
+    from nbtrain.sweep.record import SweepState, TrialState
+
+    sweep = Sweep(sweep_id, Store(home))
+    assert sweep.wait(timeout=240, progress=False) is SweepState.DONE, sweep.summary()
+    record = sweep.record
+    assert [t.state for t in record.trials] == [TrialState.SUCCEEDED, TrialState.SUCCEEDED]
+    assert len({t.run_id for t in record.trials}) == 2 and len(Store(home).records()) == 2  # none submitted twice
+    assert record.best == 1 and [t.params for t in record.trials] == [{"scale": "3.0"}, {"scale": "1.0"}]
+    assert sweep.trials()[1].metrics()["loss"][-1][1] == pytest.approx(1.0 + 1 / 12)
+    listed = _nbtrain("sweeps")
+    assert sweep_id in listed.stdout and "done" in listed.stdout and "2/2 trials ended" in listed.stdout
+    deadline = time.monotonic() + 30
+    while _supervisor_pids(sweep_id) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _supervisor_pids(sweep_id)
