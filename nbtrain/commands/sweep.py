@@ -1,5 +1,6 @@
 """``nbtrain sweep DIR`` (a sweep of an exported job; ``nbtrain submit DIR --sweep-param ...`` is the same),
-``nbtrain sweeps [SWEEP]`` (list, or one sweep's summary), and ``%nbtrain sweep SWEEP`` / ``%nbtrain sweeps``."""
+``nbtrain sweeps [SWEEP] [--cancel]`` (list, or one sweep's summary; cancel it), and ``%nbtrain sweep SWEEP
+[--cancel]`` / ``%nbtrain sweeps``."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from nbtrain.commands._shared import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, pri
 
 __all__ = ["MAGIC_USAGE", "register", "register_magic", "submit_job_sweep"]
 
-MAGIC_USAGE = """  sweep SWEEP [--out NAME]  attach to a sweep (e.g. after a kernel restart) and show it
+MAGIC_USAGE = """  sweep SWEEP [--out NAME] [--cancel]
+                            attach to a sweep (e.g. after a kernel restart) and show it; --cancel: cancel it
   sweeps                    list sweeps (newest first)"""
 
 _JOB_OPTIONS = "job options: overrides of nbtrain.toml for every trial, and the sweep options (docs/sweeps.md)"
@@ -30,6 +32,8 @@ def register(sub: Any) -> None:
     p = sub.add_parser("sweeps", help="list sweeps, or show one (trials, states, why one was stopped, the best)")
     p.add_argument("sweep", nargs="?", default=None, help="sweep id or a unique prefix")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--cancel", action="store_true", help="cancel the sweep: waiting trials never start, running ones "
+                                                         "are cancelled")
     p.set_defaults(handler=_cmd_sweeps)
 
 
@@ -106,7 +110,7 @@ def _cmd_sweeps(args: argparse.Namespace) -> int:
     from nbtrain.sweep.handle import attach_sweep
 
     store = Store()
-    if args.sweep is None:
+    if args.sweep is None and not args.cancel:
         if args.json:
             from nbtrain.sweep.record import load_sweep, sweep_ids
 
@@ -114,7 +118,11 @@ def _cmd_sweeps(args: argparse.Namespace) -> int:
         else:
             print(_sweeps_table(store))
         return EXIT_OK
+    if args.cancel and args.sweep is None:
+        raise ValueError("--cancel: name the sweep to cancel: nbtrain sweeps SWEEP --cancel.")
     handle = attach_sweep(args.sweep, store=store)
+    if args.cancel:
+        handle.cancel("nbtrain sweeps --cancel")
     if args.json:
         print_json(handle.record.to_dict())
     else:
@@ -127,6 +135,7 @@ def register_magic(sub: Any) -> None:
     p = sub.add_parser("sweep", add_help=False)
     p.add_argument("sweep")
     p.add_argument("--out", default=None)
+    p.add_argument("--cancel", action="store_true")
     p.set_defaults(magic=_magic_sweep)
     p = sub.add_parser("sweeps", add_help=False)
     p.set_defaults(magic=lambda args, shell: print(_sweeps_table(_store())))
@@ -145,6 +154,8 @@ def _magic_sweep(args: argparse.Namespace, shell: Any) -> Any:
     if args.out is not None and not args.out.isidentifier():
         raise SpecError(f"--out {args.out!r}: not a valid Python variable name.")
     handle = attach_sweep(args.sweep)
+    if args.cancel:
+        handle.cancel("%nbtrain sweep --cancel")
     print(handle.summary())
     if args.out is not None:
         shell.user_ns[args.out] = handle

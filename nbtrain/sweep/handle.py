@@ -11,13 +11,14 @@ import time
 from nbtrain.client.progress import ProgressLine
 from nbtrain.client.run import Run
 from nbtrain.store import Store
-from nbtrain.sweep.record import SweepRecord, SweepState, TrialState, load_sweep
+from nbtrain.sweep.record import CANCEL_NAME, SweepRecord, SweepState, TrialState, load_sweep, sweep_dir
 
 __all__ = ["Sweep", "attach_sweep"]
 
 
 class Sweep:
-    """Handle on one sweep: ``trials()``, ``best()``, ``wait()``, ``summary()``; ``record`` is re-read on use."""
+    """Handle on one sweep: ``trials()``, ``best()``, ``wait()``, ``cancel()``, ``summary()``; ``record`` is re-read
+    on use."""
 
     def __init__(self, sweep_id: str, store: Store | None = None) -> None:
         self.store = store or Store()
@@ -63,6 +64,23 @@ class Sweep:
                 time.sleep(0.5)
         finally:
             line.close()
+
+    def cancel(self, who: str = "sweep.cancel()", timeout: float = 120.0) -> SweepState:
+        """Cancel the sweep: trials not started never start, running ones are cancelled (their verdicts say the sweep
+        was cancelled, and by ``who``); the best of the trials that succeeded is still named. Returns once the
+        supervisor has done it (TimeoutError after ``timeout`` s); a sweep that ended is left as it is."""
+        import os
+
+        from nbtrain.private import PRIVATE_FILE
+        from nbtrain.sweep.supervisor import ensure_supervisor
+
+        if self.record.state is not SweepState.RUNNING:
+            return self._record.state
+        fd = os.open(sweep_dir(self.store, self.id) / CANCEL_NAME, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, PRIVATE_FILE)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(who)
+        ensure_supervisor(self.store, self.id)  # a dead supervisor's successor carries the cancel out
+        return self.wait(timeout, progress=False)
 
     @staticmethod
     def _progress_text(record: SweepRecord) -> str:

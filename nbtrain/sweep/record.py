@@ -7,9 +7,10 @@ Layout::
                           state and early-stop reason, the MLflow parent run, the best trial
         supervisor.lock   held by the sweep supervisor while it lives (nbtrain.filelock)
         supervisor.log    the supervisor's own output (appended)
+        cancel            present once someone asked to cancel the sweep (``Sweep.cancel``); its text says who
 
-One writer: the sweep supervisor (:mod:`nbtrain.sweep.supervisor`); the submitter writes the first version before
-starting it. Handles only read.
+One writer per file: the supervisor (:mod:`nbtrain.sweep.supervisor`) writes sweep.json (the submitter writes its
+first version before starting it); ``Sweep.cancel`` writes ``cancel``, which the supervisor only reads.
 """
 
 from __future__ import annotations
@@ -26,10 +27,10 @@ from nbtrain.spec import JobSpec, slugify
 from nbtrain.store import Store, private_dir, read_json, write_json_atomic
 from nbtrain.sweep.space import SweepSpec
 
-__all__ = ["LOCK_NAME", "LOG_NAME", "SweepRecord", "SweepState", "TrialEntry", "TrialState", "load_sweep",
+__all__ = ["CANCEL_NAME", "LOCK_NAME", "LOG_NAME", "SweepRecord", "SweepState", "TrialEntry", "TrialState", "load_sweep",
            "new_sweep_id", "save_sweep", "sweep_dir", "sweep_ids"]
 
-LOCK_NAME, LOG_NAME = "supervisor.lock", "supervisor.log"
+LOCK_NAME, LOG_NAME, CANCEL_NAME = "supervisor.lock", "supervisor.log", "cancel"
 
 
 class TrialState(Enum):
@@ -49,11 +50,12 @@ class TrialState(Enum):
 
 
 class SweepState(Enum):
-    """The sweep: RUNNING while its supervisor schedules trials, DONE when every trial ended, FAILED when the
-    supervisor could not go on (``error`` says why)."""
+    """The sweep: RUNNING while its supervisor schedules trials, DONE when every trial ended, CANCELLED when it was
+    cancelled (``Sweep.cancel``), FAILED when the supervisor could not go on (``error`` says why)."""
 
     RUNNING = "running"
     DONE = "done"
+    CANCELLED = "cancelled"
     FAILED = "failed"
 
 

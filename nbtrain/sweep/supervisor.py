@@ -12,7 +12,8 @@ Each round (every ``poll_s``), in order:
 4. tags each trial's MLflow run as a child of the sweep's parent run (:mod:`nbtrain.sweep.parent`);
 5. saves the sweep record.
 
-When every trial has ended it names the best trial (:func:`nbtrain.sweep.policy.best_trial`) in the record and on
+When every trial has ended (or the sweep was cancelled: ``cancel`` in its directory; waiting trials never start,
+running ones are cancelled with that reason) it names the best trial (:func:`nbtrain.sweep.policy.best_trial`) in the record and on
 the MLflow parent. It holds ``supervisor.lock`` while it lives: a second supervisor of the same sweep exits at once
 (``nbtrain.attach_sweep`` starts one again when a sweep is unfinished and none lives, e.g. after a reboot).
 """
@@ -34,6 +35,7 @@ from nbtrain.store import Store
 from nbtrain.sweep.parent import finish_parent, link_child, trial_mlflow
 from nbtrain.sweep.policy import TrialProgress, best_trial, median_stops
 from nbtrain.sweep.record import (
+    CANCEL_NAME,
     LOCK_NAME,
     LOG_NAME,
     SweepRecord,
@@ -66,6 +68,9 @@ class SweepSupervisor:
         self._adopt_orphans()
         while True:
             progress = self._refresh()
+            if self._cancel_requested():
+                self._cancel_all()
+                break
             self._stop_laggards(progress)
             self._submit_waiting()
             self._link_tracking()
@@ -74,6 +79,23 @@ class SweepSupervisor:
                 break
             time.sleep(self.poll_s)
         self._finish(self._refresh())
+
+    def _cancel_requested(self) -> str | None:
+        path = sweep_dir(self.store, self.record.sweep_id) / CANCEL_NAME
+        try:
+            return path.read_text(encoding="utf-8").strip() or "cancelled"
+        except OSError:
+            return None
+
+    def _cancel_all(self) -> None:
+        """The sweep was cancelled: waiting trials never start, running ones are cancelled with that reason."""
+        who = self._cancel_requested() or "cancelled"
+        for trial in self.record.trials:
+            if trial.state is TrialState.WAITING:
+                trial.state, trial.ended = TrialState.CANCELLED, time.time()
+            elif trial.state is TrialState.RUNNING:
+                self._run_of(trial).cancel(reason=f"sweep {self.record.sweep_id} was cancelled ({who})")
+        self.record.state = SweepState.CANCELLED
 
     def _adopt_orphans(self) -> None:
         """A previous supervisor killed between submitting a trial and saving its run id left a run the record does
@@ -182,7 +204,9 @@ class SweepSupervisor:
                 t.run_id and t.mlflow_run_id is None and t.index not in self._unlinked and self._tracked(t) for t in self.record.trials):
             time.sleep(self.poll_s)
             self._link_tracking()
-        self.record.state, self.record.ended = SweepState.DONE, time.time()
+        if self.record.state is SweepState.RUNNING:
+            self.record.state = SweepState.DONE
+        self.record.ended = time.time()
         finish_parent(self.record)
         save_sweep(self.store, self.record)
 

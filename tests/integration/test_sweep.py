@@ -213,3 +213,23 @@ def test_cli_sweep_of_an_exported_job_survives_its_supervisor(home: Path, tmp_pa
     while _supervisor_pids(sweep_id) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not _supervisor_pids(sweep_id)
+
+
+def test_cancelling_a_sweep_cancels_its_running_trial_and_starts_no_other(home: Path, shell: Any,
+                                                                           run_cell: Any) -> None:
+    from nbtrain.sweep.record import SweepState, TrialState
+
+    run_cell("pause = 300")
+    run_cell("%%sweep --name cx --gpus 1 --sweep-param pause=300,301 --out sweep\nimport time\ntime.sleep(pause)\n")
+    sweep = shell.user_ns["sweep"]
+    deadline = time.monotonic() + 120
+    while sweep.record.trials[0].run_id is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert sweep.cancel() is SweepState.CANCELLED
+    record = sweep.record
+    assert [t.state for t in record.trials] == [TrialState.CANCELLED, TrialState.CANCELLED]
+    assert record.trials[1].run_id is None  # never started
+    (run,) = sweep.trials()
+    assert run.status().value == "cancelled"
+    assert run.store.load(run.id).cancel_reason == f"sweep {sweep.id} was cancelled (sweep.cancel())"
+    assert "cancelled" in sweep.summary() and sweep.best() is None
