@@ -348,9 +348,10 @@ OPTIONS: tuple[Option, ...] = (
        default_text="min"),
     _o("--concurrency", "int", "How many trials of a sweep run at once.", metavar="N", default_text="1"),
     _o("--early-stop", "str", "Stop a sweep's trials that fall behind: median (worse than the median of completed "
-       "trials at the same step) or none.", metavar="median|none", default_text="median with --objective"),
-    _o("--grace-steps", "int", "A sweep's early stop judges a trial only from this step on.", metavar="N",
-       default_text="3"),
+       "trials at the same step), asha (outside the best third at rungs --grace-steps x 3^k) or none.",
+       metavar="median|asha|none", default_text="median with --objective"),
+    _o("--grace-steps", "int", "A sweep's early stop judges a trial only from this step on (asha: the first rung).",
+       metavar="N", default_text="3"),
     _o("--param", "pairs", "Set a parameter of the job (repeatable).", surfaces=CLI_ONLY, metavar="NAME=VALUE"),
     _o("--wait", "switch", "Wait for the run; exit with its outcome.", surfaces=CLI_ONLY, default=False),
     _o("--accept-edits", "switch", "Submit files edited after export (re-seals them).", surfaces=CLI_ONLY,

@@ -1,4 +1,5 @@
-"""The sweep's decisions (pure): which running trials to stop early, and which trial is best.
+"""The sweep's decisions (pure): which running trials to stop early (the median rule, or ASHA-like rungs:
+:func:`asha_stops`), and which trial is best.
 
 The median rule (Golovin et al., Google Vizier), as :func:`median_stops` applies it, in order:
 
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 
 from nbtrain.sweep.space import Mode
 
-__all__ = ["StopDecision", "TrialProgress", "best_trial", "median_stops"]
+__all__ = ["StopDecision", "TrialProgress", "asha_stops", "best_trial", "median_stops"]
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,39 @@ def median_stops(trials: Sequence[TrialProgress], *, objective: str, mode: Mode,
                 f"objective {objective} {value:.4g} at step {step} is worse than the median {median:.4g} of "
                 f"{len(reference)} completed trial{'s' if len(reference) > 1 else ''} at step {step} "
                 f"({'lower' if mode is Mode.MIN else 'higher'} is better; median rule after {grace_steps} steps)")))
+    return decisions
+
+
+def asha_stops(trials: Sequence[TrialProgress], *, objective: str, mode: Mode, grace_steps: int,
+               reduction: int = 3) -> list[StopDecision]:
+    """The running trials ASHA-like rungs stop now (asynchronous successive halving, judged at the rungs).
+
+    Rungs are at steps ``grace_steps * reduction**k``. A running trial is judged at the highest rung it has reached:
+    its best value up to that step is compared with the values (each trial's best up to that step) of every trial
+    that reached the rung, itself included, running, completed or stopped; with at least ``reduction`` of them,
+    a trial outside the best ``ceil(n / reduction)`` is stopped.
+    """
+    decisions = []
+    for trial in trials:
+        if not trial.running or not trial.points or trial.points[-1][0] < grace_steps:
+            continue
+        rung = grace_steps
+        while rung * reduction <= trial.points[-1][0]:
+            rung *= reduction
+        reached = [t for t in trials if t.points and t.points[-1][0] >= rung]
+        values = sorted(v for v in (_best_until(t.points, rung, mode) for t in reached) if v is not None)
+        if mode is Mode.MAX:
+            values.reverse()
+        value = _best_until(trial.points, rung, mode)
+        if value is None or len(values) < max(2, reduction):
+            continue
+        kept = -(-len(values) // reduction)  # ceil
+        cutoff = values[kept - 1]
+        if _better(cutoff, value, mode):
+            decisions.append(StopDecision(trial.index, (
+                f"objective {objective} {value:.4g} at rung step {rung} is not in the best {kept} of the "
+                f"{len(values)} trials that reached step {rung} (cutoff {cutoff:.4g}; "
+                f"{'lower' if mode is Mode.MIN else 'higher'} is better; ASHA rungs, reduction {reduction})")))
     return decisions
 
 

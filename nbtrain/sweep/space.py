@@ -45,10 +45,12 @@ class Mode(Enum):
 
 
 class EarlyStop(Enum):
-    """The early-stop rule: none, or the median rule (:func:`nbtrain.sweep.policy.median_stops`)."""
+    """The early-stop rule: none, the median rule (:func:`nbtrain.sweep.policy.median_stops`) or ASHA-like rungs
+    (:func:`nbtrain.sweep.policy.asha_stops`)."""
 
     NONE = "none"
     MEDIAN = "median"
+    ASHA = "asha"
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,8 @@ Each round (every ``poll_s``), in order:
 
 1. asks every submitted trial's run for its state (``Run.status``, which records its verdict) and reads its
    objective through ``Run.metrics`` (the public Run API);
-2. stops the running trials the early-stop rule names (:func:`nbtrain.sweep.policy.median_stops`):
+2. stops the running trials the early-stop rule names (:func:`nbtrain.sweep.policy.median_stops`, or
+   :func:`~nbtrain.sweep.policy.asha_stops` with ``--early-stop asha``):
    ``Run.cancel(reason=...)``, so the trial's own record and summary say the sweep stopped it and why;
 3. submits waiting trials, in order, while fewer than ``concurrency`` run (``nbtrain.client.api.submit_stored``:
    the one submission path; each trial is an ordinary run);
@@ -30,10 +31,11 @@ import traceback
 from nbtrain.client.api import submit_stored
 from nbtrain.client.run import Run
 from nbtrain.filelock import is_locked, try_locked
+from nbtrain.model import RunState
 from nbtrain.spec import tracking_default
 from nbtrain.store import Store
 from nbtrain.sweep.parent import finish_parent, link_child, trial_mlflow
-from nbtrain.sweep.policy import TrialProgress, best_trial, median_stops
+from nbtrain.sweep.policy import TrialProgress, asha_stops, best_trial, median_stops
 from nbtrain.sweep.record import (
     CANCEL_NAME,
     LOCK_NAME,
@@ -126,8 +128,7 @@ class SweepSupervisor:
                 run = self._run_of(trial)
                 state = run.status()
                 if state.terminal and not trial.state.ended:
-                    trial.state = TrialState.STOPPED if trial.stopped else TrialState(state.value)
-                    trial.ended = run.record.ended or time.time()
+                    self._ended(trial, run)
                 if objective:
                     self._points[trial.index] = tuple(run.metrics(0).get(objective, ()))
                 elif trial.state.ended:
@@ -142,14 +143,26 @@ class SweepSupervisor:
         spec = self.record.spec
         if spec.early_stop is EarlyStop.NONE or not spec.objective:
             return
-        for decision in median_stops(progress, objective=spec.objective, mode=spec.mode, grace_steps=spec.grace_steps):
+        rule = asha_stops if spec.early_stop is EarlyStop.ASHA else median_stops
+        for decision in rule(progress, objective=spec.objective, mode=spec.mode, grace_steps=spec.grace_steps):
             trial = self.record.trials[decision.index]
             trial.stopped = decision.reason
             save_sweep(self.store, self.record)  # the reason is on record before the run ends
             run = self._run_of(trial)
             run.cancel(reason=f"stopped early by sweep {self.record.sweep_id}: {decision.reason}")
             if run.status().terminal:
-                trial.state, trial.ended = TrialState.STOPPED, run.record.ended or time.time()
+                self._ended(trial, run)
+
+    @staticmethod
+    def _ended(trial: TrialEntry, run: Run) -> None:
+        """Record the verdict of ``trial``'s run: STOPPED when the sweep's stop cancelled it; its own state otherwise
+        (a trial that ended by itself just before its stop keeps its verdict, and no stop reason)."""
+        state = run.status()
+        if trial.stopped and state is RunState.CANCELLED:
+            trial.state = TrialState.STOPPED
+        else:
+            trial.state, trial.stopped = TrialState(state.value), None
+        trial.ended = run.record.ended or time.time()
 
     def _submit_waiting(self) -> None:
         running = sum(1 for t in self.record.trials if t.state is TrialState.RUNNING)
@@ -195,8 +208,9 @@ class SweepSupervisor:
         return trial.spec.tracking and tracking_default()
 
     def _finish(self, progress: list[TrialProgress]) -> None:
-        best = best_trial(progress, self.record.spec.mode) if self.record.spec.objective else None
-        if best is None:  # no objective: the first trial that succeeded
+        if self.record.spec.objective:  # by the objective; none when no trial that succeeded reported it
+            best = best_trial(progress, self.record.spec.mode)
+        else:  # no objective: the first trial that succeeded
             best = next(((t.index, 0.0) for t in self.record.trials if t.state is TrialState.SUCCEEDED), None)
         self.record.best = best[0] if best is not None else None
         deadline = time.monotonic() + LINK_WAIT_S

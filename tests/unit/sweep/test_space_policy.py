@@ -96,3 +96,32 @@ def test_median_rule_in_max_mode_and_best_trial() -> None:
     assert best_trial(trials, Mode.MAX) == (1, 0.95)
     assert best_trial(trials, Mode.MIN) == (0, 0.9)
     assert best_trial([_trial(0, [1.0], running=True)], Mode.MIN) is None
+
+
+def test_asha_stops_a_trial_outside_the_best_third_at_its_rung_and_says_why() -> None:
+    from nbtrain.sweep.policy import asha_stops
+
+    # rungs at steps 2, 6, 18; six trials reached step 2, the running ones are judged there
+    trials = [_trial(0, [1.0, 0.9, 0.8]), _trial(1, [1.0, 0.8, 0.7]), _trial(2, [1.0, 0.7, 0.6]),
+              _trial(3, [1.0, 0.6], running=True), _trial(4, [3.0, 2.5], running=True),
+              _trial(5, [1.0, 0.85], running=True)]
+    stops = asha_stops(trials, objective="loss", mode=Mode.MIN, grace_steps=2)
+    assert [s.index for s in stops] == [4, 5]
+    assert stops[0].reason.startswith("objective loss 2.5 at rung step 2 is not in the best 2 of the 6 trials that "
+                                      "reached step 2 (cutoff 0.7;")
+    # below the first rung, or with fewer than `reduction` trials at the rung, nothing is judged
+    assert asha_stops([trials[0], _trial(9, [9.0, 9.0], running=True)], objective="loss", mode=Mode.MIN,
+                      grace_steps=2) == []
+    assert asha_stops([_trial(0, [1.0]), _trial(1, [9.0], running=True)], objective="loss", mode=Mode.MIN,
+                      grace_steps=2) == []
+
+
+def test_asha_in_max_mode_judges_at_the_highest_rung_reached() -> None:
+    from nbtrain.sweep.policy import asha_stops
+
+    done = [_trial(i, [0.1 * i] * 3) for i in range(1, 4)]  # reached rung 3 with accuracy 0.1, 0.2, 0.3
+    low = _trial(7, [0.05, 0.05, 0.05], running=True)
+    assert [s.index for s in asha_stops([*done, low], objective="acc", mode=Mode.MAX, grace_steps=1)] == [7]
+    assert asha_stops([*done, _trial(8, [0.5] * 3, running=True)], objective="acc", mode=Mode.MAX,
+                      grace_steps=1) == []
+    assert parse_sweep(sweep=None, params=["lr=1"], objective="acc", early_stop="ASHA").early_stop is EarlyStop.ASHA
