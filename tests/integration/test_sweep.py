@@ -233,3 +233,27 @@ def test_cancelling_a_sweep_cancels_its_running_trial_and_starts_no_other(home: 
     assert run.status().value == "cancelled"
     assert run.store.load(run.id).cancel_reason == f"sweep {sweep.id} was cancelled (sweep.cancel())"
     assert "cancelled" in sweep.summary() and sweep.best() is None
+
+
+def test_a_killed_kernel_leaves_the_sweep_running_and_a_new_kernel_attaches(home: Path, tmp_path: Path,
+                                                                            kernel_factory: Any) -> None:
+    """The done-when's last clause with real kernels: the kernel that started the sweep is killed (no clean-up of
+    its own runs), and ``%nbtrain sweep ID`` in a new kernel shows the sweep, which its supervisor finished."""
+    import signal
+
+    first = kernel_factory(tmp_path)
+    first.execute("%load_ext nbtrain\nsteps = 4")
+    first.execute("%%sweep --name kr --gpus 1 --sweep-param steps=4,6 --objective loss --out sweep\nimport time\n"
+                  "import nbtrain\nfor step in range(1, steps + 1):\n    nbtrain.log(step=step, loss=1.0 / step)\n"
+                  "    time.sleep(0.5)\n")
+    said = "".join(m["content"].get("text", "") for m in first.messages if m["msg_type"] == "stream")
+    sweep_id = said.split(":")[0].strip()
+    assert sweep_id.startswith("kr-sweep-"), said
+    os.kill(first.pid, signal.SIGKILL)
+    first.client.stop_channels()
+    second = kernel_factory(tmp_path)
+    second.execute(f"%load_ext nbtrain\n%nbtrain sweep {sweep_id} --out again")
+    second.execute("print(again.wait(timeout=240, progress=False).value)\nprint(again.summary())", timeout=300)
+    shown = "".join(m["content"].get("text", "") for m in second.messages if m["msg_type"] == "stream")
+    assert f"sweep {sweep_id}: running" in shown or f"sweep {sweep_id}: done" in shown  # the %nbtrain sweep summary
+    assert "\ndone\n" in shown and "trial 1: steps=6" in shown and "best trial: 1" in shown, shown
