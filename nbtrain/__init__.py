@@ -6,7 +6,7 @@ In a notebook::
     %%distributed --nodes 2 --gpus 2 --out run
     ...
 
-From Python: ``nbtrain.distributed`` (decorator), ``nbtrain.attach``, ``nbtrain.runs``; in workers:
+From Python: ``nbtrain.distributed`` (decorator), ``nbtrain.attach``, ``nbtrain.attach_sweep``, ``nbtrain.runs``; in workers:
 ``nbtrain.log``, ``nbtrain.save_checkpoint``/``nbtrain.restore``/``nbtrain.checkpointing``,
 ``nbtrain.resolve``/``nbtrain.dataset_path`` (storage URIs). Importing this package is cheap: heavy modules load
 on first use.
@@ -25,6 +25,7 @@ __all__ = [
     "RunState",
     "__version__",
     "attach",
+    "attach_sweep",
     "checkpointing",
     "dataset_path",
     "distributed",
@@ -42,6 +43,7 @@ _LAZY = {
     "Run": ("nbtrain.client", "Run"),
     "RunState": ("nbtrain.backends.base", "RunState"),
     "attach": ("nbtrain.client", "attach"),
+    "attach_sweep": ("nbtrain.sweep", "attach_sweep"),
     "runs": ("nbtrain.client", "runs"),
     "distributed": ("nbtrain.decorator", "distributed"),
     "log": ("nbtrain.runtime.metrics", "log"),

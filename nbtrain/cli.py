@@ -84,7 +84,12 @@ def _cmd_submit(args: argparse.Namespace) -> int:
     from nbtrain.export.jobdir import load_job
     from nbtrain.profiles import render_sources
     from nbtrain.profiles.apply import job_sources, resolve_args
+    from nbtrain.sweep.options import sweep_given
 
+    if sweep_given(args):  # a sweep option: the job runs as a sweep of trials (nbtrain sweep DIR)
+        from nbtrain.commands.sweep import submit_job_sweep
+
+        return submit_job_sweep(args)
     job = load_job(Path(args.directory), accept_edits=args.accept_edits)
     toml_path = job.path / "nbtrain.toml"
     resolved = resolve_args(args, base=job.spec, base_sources=job_sources(toml_path), project_toml=toml_path)

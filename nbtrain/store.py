@@ -98,6 +98,7 @@ class RunRecord:
     failure: dict[str, Any] | None = None
     ended: float | None = None
     profile: str | None = None  # "NAME VERSION" of the --profile the run started from (None: none)
+    cancel_reason: str | None = None  # who cancelled the run and why, when they said (a sweep's early stop)
     schema: int = RECORD_SCHEMA
 
     @property

@@ -18,7 +18,7 @@ from nbtrain.model import RunState
 from nbtrain.spec import JobSpec
 from nbtrain.store import Store
 
-__all__ = ["attach", "plan_bundle", "plan_resume", "rerun", "runs", "submit_bundle"]
+__all__ = ["attach", "plan_bundle", "plan_resume", "rerun", "runs", "submit_bundle", "submit_stored"]
 
 
 def _prepare(bundle: Any, spec: JobSpec, store: Store | None, backend: Backend | None) -> tuple[Store, Backend, Path]:
@@ -59,10 +59,23 @@ def submit_bundle(
     RunRecord, then start the gang. A failure before or at submit leaves no run behind.
     """
     store, backend, _ = _prepare(bundle, spec, store, backend)
+    return _started(submit_stored(bundle.digest, spec, store=store, kind=kind, notebook=notebook, backend=backend,
+                                  profile=profile))
+
+
+def submit_stored(digest: str, spec: JobSpec, *, store: Store, kind: str = "cell",
+                  notebook: dict[str, Any] | None = None, backend: Backend | None = None,
+                  profile: str | None = None) -> Run:
+    """Plan and submit the bundle ``digest`` already in ``store`` under ``spec`` (a sweep's trials); returns the
+    Run, not watched in this process (its MLflow tracking agent is started, as for every launch).
+
+    The order and guarantees of :func:`submit_bundle`: a failure before or at submit leaves no run behind.
+    """
+    backend = backend or get_backend(spec.backend, store=store)
     run_id = store.new_run_id(spec.name)
-    plan = launch.plan_new(store, backend, spec, bundle.digest, run_id)
+    plan = launch.plan_new(store, backend, spec, digest, run_id)
     record = launch.start_new_run(store, backend, plan, kind=kind, notebook=notebook, profile=profile)
-    return _started(Run(record, store, backend))
+    return Run(record, store, backend)
 
 
 def attach(run_id: str, *, store: Store | None = None, watch: bool = True) -> Run:

@@ -99,6 +99,8 @@ def summary_text(run: Run) -> str:
     if view.checkpoints:
         newest = view.checkpoints[-1]
         lines.append(f"  checkpoints: {len(view.checkpoints)}, latest at step {newest['step']} ({newest['path']})")
+    if state is RunState.CANCELLED and run.record.cancel_reason:
+        lines.append(f"  CANCELLED: {run.record.cancel_reason}")
     failure = run.failure if state is RunState.FAILED else None
     if failure is not None:
         lines.append(f"  FAILED: {failure.summary()}")

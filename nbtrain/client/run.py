@@ -273,8 +273,21 @@ class Run:
             return cloudpickle.loads(base64.b64decode(self.view.result_b64))
         return None
 
-    def cancel(self) -> None:
-        """End every process of the run (idempotent); returns once the run is terminal."""
+    def cancel(self, reason: str | None = None) -> None:
+        """End every process of the run (idempotent); returns once the run is terminal.
+
+        ``reason``: who cancels and why (a sweep stopping a trial early), kept in the run's record (before the
+        processes end, so every reader's verdict carries it) and shown by :meth:`summary`; a run that had already
+        ended keeps its own verdict and gets no reason.
+        """
+        if reason is not None and not self.status().terminal:
+            self.record.cancel_reason = reason
+            try:
+                on_disk = self.store.load(self.id)
+            except Exception:  # noqa: BLE001 - unreadable: this handle's copy is the best there is
+                on_disk = self.record
+            on_disk.cancel_reason = reason
+            self.store.save(on_disk)
         self.backend.cancel(self.handle)
         self.status()
 

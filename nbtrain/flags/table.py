@@ -333,6 +333,25 @@ OPTIONS: tuple[Option, ...] = (
        default=False),
     _o("--resume", "str", "Relaunch RUN (its own spec) with this cell's code as a new attempt, from its latest "
        "checkpoint; with --dry-run, print that attempt's plan.", surfaces=MAGIC_ONLY, metavar="RUN"),
+    # Sweep options (docs/sweeps.md): any of them makes the cell (or the job) a sweep of trials.
+    _o("--sweep", "str", "Run a sweep of trials over --sweep-param values: grid (every combination) or random "
+       "(--trials draws); each trial is an ordinary run.", metavar="grid|random", default_text="grid"),
+    _o("--sweep-param", "pairs", "A parameter the sweep varies (repeatable): NAME=V1,V2,... (values), NAME=LOW..HIGH "
+       "or NAME=log:LOW..HIGH (random only). NAME: a plain value the cell uses, as --param takes it.",
+       metavar="NAME=VALUES"),
+    _o("--trials", "int", "How many trials a random sweep draws.", metavar="N"),
+    _o("--seed", "int", "Seed of a random sweep's draws (the same seed, the same trials).", metavar="N",
+       default_text="0"),
+    _o("--objective", "str", "The metric (nbtrain.log) a sweep compares trials by: early stop and the best trial.",
+       metavar="METRIC"),
+    _o("--objective-mode", "str", "Whether a lower (min) or higher (max) --objective is better.", metavar="min|max",
+       default_text="min"),
+    _o("--concurrency", "int", "How many trials of a sweep run at once.", metavar="N", default_text="1"),
+    _o("--early-stop", "str", "Stop a sweep's trials that fall behind: median (worse than the median of completed "
+       "trials at the same step), asha (outside the best third at rungs --grace-steps x 3^k) or none.",
+       metavar="median|asha|none", default_text="median with --objective"),
+    _o("--grace-steps", "int", "A sweep's early stop judges a trial only from this step on (asha: the first rung).",
+       metavar="N", default_text="3"),
     _o("--param", "pairs", "Set a parameter of the job (repeatable).", surfaces=CLI_ONLY, metavar="NAME=VALUE"),
     _o("--wait", "switch", "Wait for the run; exit with its outcome.", surfaces=CLI_ONLY, default=False),
     _o("--accept-edits", "switch", "Submit files edited after export (re-seals them).", surfaces=CLI_ONLY,

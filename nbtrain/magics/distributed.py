@@ -44,10 +44,10 @@ def _with_flags(func: Callable[..., Any]) -> Any:  # Any, like IPython's own unt
     """IPython's ``@magic_arguments`` with the flags of the one table (:mod:`nbtrain.flags`).
 
     Sets ``func.parser`` (what ``parse_argstring`` reads) and makes the full help the docstring, so
-    ``%%distributed?`` lists every flag.
+    ``%%distributed?`` (``%%sweep?``) lists every flag.
     """
     # prog "%distributed": IPython's help formatter puts one more "%" in front of the usage line.
-    parser = flags.build_parser("magic", parser_class=MagicArgumentParser, prog="%distributed",
+    parser = flags.build_parser("magic", parser_class=MagicArgumentParser, prog=f"%{func.__name__}",
                                 description=func.__doc__)
     func.parser = parser  # type: ignore[attr-defined]
     func.__doc__ = parser.format_help()
@@ -90,12 +90,35 @@ class DistributedMagics(Magics):
             accelerator = Accelerator()
             ...
         """
+        return self._cell(self.distributed, "distributed", line, cell)
+
+    @cell_magic
+    @_with_flags
+    def sweep(self, line: str, cell: str) -> Any:
+        """Run this cell as a sweep of trials over its parameters and return a Sweep handle (docs/sweeps.md).
+
+        The options of ``%%distributed`` shape every trial; the sweep options say what varies (``--sweep-param``
+        NAME=VALUES, NAME a plain value the cell uses), how many run at once, the objective and early stopping.
+        ``sweep.trials()`` are ordinary runs; ``sweep.best()`` the best one; ``%nbtrain sweep ID`` after a restart.
+
+        Example::
+
+            %%sweep --sweep-param lr=1e-3,1e-2 --sweep-param width=8,16,32 --objective loss --concurrency 2
+            ...
+        """
+        return self._cell(self.sweep, "sweep", line, cell)
+
+    def _cell(self, magic: Any, name: str, line: str, cell: str) -> Any:
+        """``%%distributed`` or ``%%sweep`` (a sweep: any sweep option given, or ``%%sweep``)."""
+        from nbtrain.magics.sweep import sweep_of
+
         try:
-            args = parse_argstring(self.distributed, line)
+            args = parse_argstring(magic, line)
         except UsageError:
             raise
         except SystemExit as error:  # argparse on a bad value type
-            raise UsageError(f"%%distributed {line}: {error}") from None
+            raise UsageError(f"%%{name} {line}: {error}") from None
+        sweep = sweep_of(args, required=name == "sweep")
         resolved = _resolved(args)
         spec = resolved.spec
         if args.resume:
@@ -128,6 +151,10 @@ class DistributedMagics(Magics):
             raise UsageError(f"%%distributed: nothing was submitted. {error}") from None
         if args.resume:
             return self._resume(args, bundle)
+        if sweep is not None:
+            from nbtrain.magics.sweep import start_cell_sweep
+
+            return start_cell_sweep(shell, args, sweep, bundle, resolved, notebook, magic=name)
         try:
             if args.dry_run:
                 plan = plan_bundle(bundle, spec)
