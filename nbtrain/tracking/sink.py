@@ -66,6 +66,15 @@ def default_tracking_uri() -> str:
     return str(mlflow.get_tracking_uri())
 
 
+def sqlite_path(tracking_uri: str) -> Path | None:
+    """The database file of a ``sqlite:///PATH`` tracking URI (relative to this directory when relative), else None.
+    """
+    prefix = "sqlite:///"
+    if not tracking_uri.startswith(prefix) or tracking_uri == prefix or ":memory:" in tracking_uri:
+        return None
+    return Path(tracking_uri[len(prefix):].split("?", 1)[0])
+
+
 class MlflowSink:
     """One MLflow tracking server or store, seen through ``MlflowClient``."""
 
@@ -75,7 +84,19 @@ class MlflowSink:
         _install_quiet()  # after the import: mlflow's handler exists only then
 
         self.tracking_uri = tracking_uri
-        self.client = MlflowClient(tracking_uri=tracking_uri)
+        database = sqlite_path(tracking_uri)
+        if database is None:
+            self.client = MlflowClient(tracking_uri=tracking_uri)
+            return
+        # MLflow creates a new SQLite store's tables (its migrations) when a client first opens it: two processes
+        # doing that at once (a sweep's concurrent trials' tracking agents, two runs started together) collide. One
+        # creates it, the others wait and find it made.
+        from nbtrain.filelock import locked
+
+        database.parent.mkdir(parents=True, exist_ok=True)
+        with locked(database.with_name(database.name + ".nbtrain-init.lock")):
+            self.client = MlflowClient(tracking_uri=tracking_uri)
+            self.client.search_experiments(max_results=1)
 
     # -- runs ---------------------------------------------------------------------------------------
     def experiment_id(self, name: str) -> str:
