@@ -216,6 +216,9 @@ class Engine:
                     self.driver.end()
                 if decision.verdict is None:
                     continue
+                # what the ranks wrote before their processes ended is evidence too: a launcher seen exiting
+                # (observe) after this poll's read (ingest) may have had its ranks report first
+                self.ingest()
                 if decision.cause is Cause.RANK_FAILED and len(self.facts.done) >= self.world:
                     continue  # the settle window showed every rank done after all
                 self.conclude(decision)
