@@ -10,6 +10,7 @@ returns at the verdict: the agent finishes the MLflow run in the background and 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -31,6 +32,8 @@ class TrackingLink:
 
     #: How long :meth:`wait` waits, after the run ended, for the agent to complete the MLflow run.
     WAIT_S = 60.0
+    #: How often (s) the watcher checks, while the kernel follows the run, that its agent still lives.
+    RECHECK_S = 5.0
 
     def __init__(self, store: Store, record: RunRecord, *, notice: Callable[[str], None],
                  subscribe: Callable[[Callable[[Batch], None]], None], snapshot: Callable[[], RunSnapshot]) -> None:
@@ -60,12 +63,28 @@ class TrackingLink:
             self._started = True
             problems = AgentProblems(self._store.run_dir(record.run_id))
 
+            checked = [time.monotonic()]
+
             def show_problems(batch: Batch) -> None:  # on the watcher thread: a stat every 2 s at most
                 message = problems.poll()
                 if message:
                     self._notice(message)
+                if time.monotonic() - checked[0] >= self.RECHECK_S:
+                    checked[0] = time.monotonic()
+                    self._replace_dead_agent()
 
             self._subscribe(show_problems)
+
+    def _replace_dead_agent(self) -> None:
+        """While the kernel follows the run, an agent that died is replaced (not only at submit and attach): an
+        agent killed just before an attach may still hold its lock while it exits, and attach then finds it
+        alive."""
+        from nbtrain.tracking.starter import ensure_agent
+
+        try:
+            ensure_agent(self._store, self._record)
+        except Exception:  # noqa: BLE001 - start() said why once; the next check tries again
+            return
 
     def finish_in_background(self) -> str | None:
         """After the verdict: learn in a background thread when the agent has completed the MLflow run (its id
