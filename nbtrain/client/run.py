@@ -281,13 +281,7 @@ class Run:
         ended keeps its own verdict and gets no reason.
         """
         if reason is not None and not self.status().terminal:
-            self.record.cancel_reason = reason
-            try:
-                on_disk = self.store.load(self.id)
-            except Exception:  # noqa: BLE001 - unreadable: this handle's copy is the best there is
-                on_disk = self.record
-            on_disk.cancel_reason = reason
-            self.store.save(on_disk)
+            self._save_field("cancel_reason", reason)
         self.backend.cancel(self.handle)
         self.status()
 
@@ -357,12 +351,17 @@ class Run:
     def link_tracking(self, mlflow_run_id: str) -> None:
         """Keep the MLflow run id in the run's record as it is on disk now (not this handle's older copy: another
         process, e.g. the kernel that launched the run, may have saved it since)."""
-        self.record.tracking_run_id = mlflow_run_id
+        self._save_field("tracking_run_id", mlflow_run_id)
+
+    def _save_field(self, name: str, value: object) -> None:
+        """Set ``name`` on this handle's record and save it into the record as it is on disk now (not this
+        handle's older copy: another process, e.g. the kernel that launched the run, may have saved it since)."""
+        setattr(self.record, name, value)
         try:
             record = self.store.load(self.id)
         except Exception:  # noqa: BLE001 - unreadable: this handle's copy is the best there is
             record = self.record
-        record.tracking_run_id = mlflow_run_id
+        setattr(record, name, value)
         self.store.save(record)
 
     def ranks(self) -> Mapping[int, RankInfo]:
